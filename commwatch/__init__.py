@@ -1,0 +1,2 @@
+"""commwatch: real-time hang and slow-rank detection for distributed GPU training."""
+__version__ = "0.1.0"

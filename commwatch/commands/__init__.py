@@ -1,0 +1,1 @@
+"""Subcommands that belong to no single part."""

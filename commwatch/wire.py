@@ -1,0 +1,182 @@
+"""The 64-byte call record and the call batch of wire contract v1 (sections 1, 2.1).
+
+One numpy structured dtype describes the record; `nccl-patch/include/commwatch_record.h`
+declares the same layout in C, and a test proves the two agree.
+
+>>> recs = np.zeros(2, dtype=RECORD_DTYPE)
+>>> recs["kind"] = KIND_CALL; recs["op"] = OP_ALLREDUCE; recs["comm"] = 0xABC
+>>> recs["peer"] = -1
+>>> out = decode_batch(encode_batch(recs), comm=0xABC)
+>>> int(out["comm"][1])
+2748
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+RECORD_SIZE = 64
+BATCH_MAGIC = b"CWB1"
+BATCH_VERSION = 1
+BATCH_HEADER = struct.Struct("<4sHHII")
+BATCH_HEADER_SIZE = BATCH_HEADER.size  # 16
+
+RECORD_DTYPE = np.dtype(
+    [
+        ("kind", "<u1"),
+        ("op", "<u1"),
+        ("flags", "<u2"),
+        ("rank", "<i4"),
+        ("comm", "<u8"),
+        ("seq", "<u8"),
+        ("t_start_ns", "<i8"),
+        ("t_end_ns", "<i8"),
+        ("bytes", "<u8"),
+        ("comm_rank", "<i4"),
+        ("peer", "<i4"),
+        ("nranks", "<u4"),
+        ("aux", "<u4"),
+    ]
+)
+assert RECORD_DTYPE.itemsize == RECORD_SIZE
+
+KIND_CALL = 1
+KIND_COMM_INIT = 2
+KIND_COMM_DESTROY = 3
+KINDS = {KIND_CALL: "CALL", KIND_COMM_INIT: "COMM_INIT", KIND_COMM_DESTROY: "COMM_DESTROY"}
+
+FLAG_COMPLETED = 1
+FLAG_GPU_TIMED = 2
+FLAG_GRAPH_CAPTURED = 4
+
+OP_UNKNOWN = 0
+OP_ALLREDUCE = 1
+OP_ALLGATHER = 2
+OP_REDUCESCATTER = 3
+OP_BROADCAST = 4
+OP_REDUCE = 5
+OP_SEND = 6
+OP_RECV = 7
+OP_ALLTOALL = 8
+OP_BARRIER = 9
+OP_GATHER = 10
+OP_SCATTER = 11
+OP_NAMES = (
+    "Unknown",
+    "AllReduce",
+    "AllGather",
+    "ReduceScatter",
+    "Broadcast",
+    "Reduce",
+    "Send",
+    "Recv",
+    "AllToAll",
+    "Barrier",
+    "Gather",
+    "Scatter",
+)
+OP_MAX = len(OP_NAMES) - 1
+P2P_OPS = (OP_SEND, OP_RECV)
+
+
+class WireError(ValueError):
+    """A message that does not follow the wire contract; `reason` is a short stable code."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def op_name(op: int) -> str:
+    return OP_NAMES[op] if 0 <= op <= OP_MAX else f"op{op}"
+
+
+def empty(n: int) -> np.ndarray:
+    """A zeroed record array of length n with `peer` = -1."""
+    recs = np.zeros(n, dtype=RECORD_DTYPE)
+    recs["peer"] = -1
+    return recs
+
+
+def encode_batch(records: np.ndarray) -> bytes:
+    """Header + records, as written to `cw.calls.v1`."""
+    if records.dtype != RECORD_DTYPE:
+        records = records.astype(RECORD_DTYPE)
+    header = BATCH_HEADER.pack(BATCH_MAGIC, BATCH_VERSION, RECORD_SIZE, len(records), 0)
+    return header + np.ascontiguousarray(records).tobytes()
+
+
+def decode_header(value: bytes) -> int:
+    """Validate a batch header and return its record count."""
+    if value is None or len(value) < BATCH_HEADER_SIZE:
+        n = 0 if value is None else len(value)
+        raise WireError("truncated", f"batch of {n} bytes is shorter than its 16-byte header")
+    magic, version, rsize, count, _reserved = BATCH_HEADER.unpack_from(value, 0)
+    if magic != BATCH_MAGIC:
+        raise WireError("bad_magic", f"batch magic {magic!r} is not {BATCH_MAGIC!r}")
+    if version != BATCH_VERSION:
+        raise WireError("bad_version", f"batch version {version} is not {BATCH_VERSION}")
+    if rsize != RECORD_SIZE:
+        raise WireError("bad_record_size", f"record size {rsize} is not {RECORD_SIZE}")
+    body = len(value) - BATCH_HEADER_SIZE
+    if body % RECORD_SIZE:
+        raise WireError("truncated", f"batch body of {body} bytes is not a whole number of records")
+    if body // RECORD_SIZE != count:
+        raise WireError("count_mismatch", f"header says {count} records, value holds {body // RECORD_SIZE}")
+    return count
+
+
+def decode_batch(value: bytes, comm: int | None = None) -> np.ndarray:
+    """Decode and validate one `cw.calls.v1` value into a record array (read-only view).
+
+    `comm`, when given (from the message key), must equal every record's comm.
+    Raises `WireError` with a reason code on any contract violation.
+    """
+    count = decode_header(value)
+    recs = np.frombuffer(value, dtype=RECORD_DTYPE, count=count, offset=BATCH_HEADER_SIZE)
+    validate_records(recs, comm)
+    return recs
+
+
+def validate_records(recs: np.ndarray, comm: int | None = None) -> None:
+    """Vectorised checks of kinds, ops, comm and times; raises `WireError`."""
+    if len(recs) == 0:
+        return
+    kinds = recs["kind"]
+    bad = (kinds < KIND_CALL) | (kinds > KIND_COMM_DESTROY)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise WireError("unknown_kind", f"record {i} has kind {int(kinds[i])}")
+    ops = recs["op"]
+    bad = ops > OP_MAX
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise WireError("unknown_op", f"record {i} has op {int(ops[i])}")
+    if comm is not None:
+        bad = recs["comm"] != np.uint64(comm)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise WireError(
+                "comm_mismatch", f"record {i} has comm {int(recs['comm'][i]):016x}, key says {comm:016x}"
+            )
+    if (recs["t_start_ns"] < 0).any() or (recs["t_end_ns"] < 0).any():
+        raise WireError("bad_time", "negative timestamp in batch")
+    if (recs["rank"] < -1).any():
+        raise WireError("bad_rank", "global rank below -1 (unknown) in batch")
+
+
+def comm_hex(comm: int) -> str:
+    """Communicator id as the contract's 16 lowercase hex digits."""
+    return f"{int(comm) & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
+def parse_comm(text: str) -> int:
+    if len(text) != 16:
+        raise WireError("bad_key", f"comm {text!r} is not 16 hex digits")
+    try:
+        return int(text, 16)
+    except ValueError:
+        raise WireError("bad_key", f"comm {text!r} is not 16 hex digits") from None

@@ -1,0 +1,61 @@
+"""Shared fixtures: the real embedded broker (one per session, a fresh topic prefix per
+test) and the real chdb engine (one directory per session, since chdb allows one path
+per process; a fresh database per test)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from commwatch.settings import Settings
+
+
+@pytest.fixture(scope="session")
+def broker():
+    from commwatch.embedded import EmbeddedBroker
+
+    b = EmbeddedBroker().start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture(scope="session")
+def chdb_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("chdb")
+
+
+@pytest.fixture
+def prefix() -> str:
+    return "t" + uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+def settings(tmp_path, prefix) -> Settings:
+    """Settings for a unit test: no broker, data under tmp_path."""
+    return Settings.load(env={}, data_dir=str(tmp_path), topic_prefix=prefix, metrics_port=0)
+
+
+@pytest.fixture
+def kafka_settings(broker, settings) -> Settings:
+    """Settings pointing at the session broker with a fresh topic prefix."""
+    from commwatch.kafka import ensure_topics
+
+    s = settings.replace(kafka_bootstrap=broker.bootstrap, kafka_partitions=2)
+    ensure_topics(s, broker.bootstrap)
+    return s
+
+
+@pytest.fixture
+def ch_settings(chdb_dir, settings) -> Settings:
+    """Settings pointing at the session chdb directory with a fresh database."""
+    return settings.replace(clickhouse_dsn=f"chdb://{chdb_dir}", clickhouse_database="db_" + uuid.uuid4().hex[:10])
+
+
+@pytest.fixture
+def ch_client(ch_settings):
+    from commwatch.embedded import clickhouse_client
+
+    client = clickhouse_client(ch_settings)
+    yield client
+    client.command(f"DROP DATABASE IF EXISTS {ch_settings.clickhouse_database}")
