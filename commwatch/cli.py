@@ -34,6 +34,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+ARGV: list[str] = []  # the arguments of this invocation, for nested lazy subcommands
+
+
 def _settings_overrides(args: argparse.Namespace) -> dict:
     over = {
         "kafka_bootstrap": args.kafka_bootstrap,
@@ -67,7 +70,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]
 
 
 def main(argv: list[str] | None = None) -> int:
+    global ARGV
     argv = sys.argv[1:] if argv is None else argv
+    ARGV = list(argv)
     parser, sub = build_parser()
     # Only the chosen subcommand's module is imported.
     chosen = next((a for a in argv if a in COMMANDS), None)
