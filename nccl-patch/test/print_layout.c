@@ -1,0 +1,25 @@
+/* Prints the layout of struct cw_record as "name offset size" lines, then
+ * "sizeof N", for tests/unit/test_nccl_plugin.py to compare with the numpy dtype. */
+#include <stdio.h>
+
+#include "commwatch_record.h"
+
+#define FIELD(f) printf("%s %zu %zu\n", #f, offsetof(struct cw_record, f), sizeof(((struct cw_record*)0)->f))
+
+int main(void) {
+  FIELD(kind);
+  FIELD(op);
+  FIELD(flags);
+  FIELD(rank);
+  FIELD(comm);
+  FIELD(seq);
+  FIELD(t_start_ns);
+  FIELD(t_end_ns);
+  FIELD(bytes);
+  FIELD(comm_rank);
+  FIELD(peer);
+  FIELD(nranks);
+  FIELD(aux);
+  printf("sizeof %zu\n", sizeof(struct cw_record));
+  return 0;
+}

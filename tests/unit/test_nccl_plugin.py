@@ -1,0 +1,112 @@
+"""The C probe in nccl-patch/: its harness passes, its record layout is the numpy dtype's,
+and a ring file it wrote decodes with numpy the way the node agent reads it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from commwatch.wire import RECORD_DTYPE
+
+ROOT = Path(__file__).resolve().parents[2]
+NCCL_PATCH = ROOT / "nccl-patch"
+FIELDS = ["kind", "op", "flags", "rank", "comm", "seq", "t_start_ns", "t_end_ns", "bytes",
+          "comm_rank", "peer", "nranks", "aux"]
+# RING.md, "numpy view"
+RING_HEADER = np.dtype([("magic", "S8"), ("version", "<u4"), ("record_size", "<u4"),
+                        ("capacity", "<u8"), ("write_index", "<u8"), ("dropped", "<u8"),
+                        ("heartbeat_ns", "<i8"), ("pid", "<i4"), ("rank", "<i4"),
+                        ("uid", "<u4"), ("reserved0", "<u4"), ("job_id", "S64"),
+                        ("commit_index", "<u8"), ("reserved1", "V120")])
+SEM_COMMS = {0xA1A1A1A1A1A1A1A1: (4, 1, 1), 0xB2B2B2B2B2B2B2B2: (8, 2, 2), 0xC3C3C3C3C3C3C3C3: (2, 0, 1)}
+SEM_ITERS = 200
+
+needs_toolchain = pytest.mark.skipif(
+    shutil.which("gcc") is None or shutil.which("make") is None, reason="gcc and make are required"
+)
+
+
+@pytest.fixture(scope="module")
+def harness_run(tmp_path_factory):
+    """`make -C nccl-patch test` once, leaving the harness's ring files in a temp dir."""
+    ring_dir = tmp_path_factory.mktemp("rings")
+    env = dict(os.environ, COMMWATCH_RING_DIR=str(ring_dir))
+    proc = subprocess.run(["make", "-C", str(NCCL_PATCH), "test"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    return proc, ring_dir
+
+
+@needs_toolchain
+def test_make_test_passes(harness_run):
+    proc, _ = harness_run
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "harness: 8 of 8 scenarios passed" in proc.stdout
+    assert "exports: ncclProfiler_v4 ncclProfiler_v5 ncclProfiler_v6" in proc.stdout
+
+
+@needs_toolchain
+def test_c_record_layout_matches_numpy_dtype(tmp_path):
+    exe = tmp_path / "print_layout"
+    subprocess.run(["gcc", "-std=gnu11", "-Wall", "-Werror", "-I", str(NCCL_PATCH / "include"),
+                    "-o", str(exe), str(NCCL_PATCH / "test" / "print_layout.c")], check=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split("\n")
+    c_fields = [line.split() for line in out if line and not line.startswith("sizeof")]
+    c_size = int(next(line for line in out if line.startswith("sizeof")).split()[1])
+
+    assert list(RECORD_DTYPE.names) == FIELDS
+    assert [name for name, _, _ in c_fields] == FIELDS
+    for name, offset, size in c_fields:
+        dt, off = RECORD_DTYPE.fields[name][:2]
+        assert (int(offset), int(size)) == (off, dt.itemsize), name
+    assert c_size == RECORD_DTYPE.itemsize == 64
+
+
+@needs_toolchain
+def test_harness_ring_file_decodes_with_numpy(harness_run):
+    proc, ring_dir = harness_run
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    data = (ring_dir / "harness-v5" / "3.ring").read_bytes()
+    hdr = np.frombuffer(data, dtype=RING_HEADER, count=1)[0]
+    assert RING_HEADER.itemsize == 256
+    assert hdr["magic"] == b"CWRING01" and hdr["version"] == 1 and hdr["record_size"] == 64
+    assert hdr["rank"] == 3 and hdr["job_id"] == b"harness-v5" and hdr["dropped"] == 0
+    n = int(hdr["write_index"])
+    assert n == int(hdr["commit_index"]) == 3 * (2 + SEM_ITERS * 6 * 2)
+    assert len(data) == 256 + 64 * int(hdr["capacity"])
+
+    recs = np.frombuffer(data, dtype=RECORD_DTYPE, offset=256, count=int(hdr["capacity"]))[:n]
+    assert set(np.unique(recs["kind"]).tolist()) == {1, 2, 3}
+    assert (recs["rank"] == 3).all()
+
+    inits = recs[recs["kind"] == 2]
+    assert sorted(inits["comm"].tolist()) == sorted(SEM_COMMS)
+    for r in inits:
+        nranks, comm_rank, nodes = SEM_COMMS[int(r["comm"])]
+        assert (r["nranks"], r["comm_rank"], r["aux"], r["seq"]) == (nranks, comm_rank, nodes, 0)
+    assert sorted(recs[recs["kind"] == 3]["comm"].tolist()) == sorted(SEM_COMMS)
+
+    calls = recs[recs["kind"] == 1]
+    completed = (calls["flags"] & 1) != 0
+    gpu_timed = (calls["flags"] & 2) != 0
+    assert completed.sum() == (~completed).sum() == 3 * SEM_ITERS * 6
+    assert (calls["t_end_ns"][~completed] == 0).all()
+    assert (calls["t_end_ns"][completed] >= calls["t_start_ns"][completed]).all()
+    assert gpu_timed[completed].any() and not gpu_timed[~completed].any()
+    p2p = np.isin(calls["op"], [6, 7])
+    for comm in SEM_COMMS:
+        mine = calls[(calls["comm"] == comm) & ~p2p]
+        for done in (False, True):
+            seqs = np.sort(mine[((mine["flags"] & 1) != 0) == done]["seq"])
+            assert (seqs == np.arange(SEM_ITERS * 4)).all()
+        sends = calls[(calls["comm"] == comm) & (calls["op"] == 6) & ((calls["flags"] & 1) == 0)]
+        assert (np.sort(sends["seq"]) == np.arange(SEM_ITERS)).all()
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v"]))
