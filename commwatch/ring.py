@@ -1,0 +1,298 @@
+"""The per-rank shared-memory ring: file layout, a single-process writer, a tailing reader.
+
+File `<ring_dir>/<job>/<rank>.ring` (`nccl-patch/include/commwatch_ring.h` declares the
+same layout in C): a 256-byte little-endian header, then `capacity` 64-byte records.
+
+| off | type | field |
+|---|---|---|
+| 0 | 8 bytes | magic `CWRING01` (`CWSTEP01` for the hook's step ring), written last at creation |
+| 8 | u32 | version = 1 |
+| 12 | u32 | record size = 64 |
+| 16 | u64 | capacity (records, a power of two) |
+| 24 | u64 | write_index: records ever reserved; slot = index & (capacity - 1) |
+| 32 | u64 | dropped: records the writer could not write |
+| 40 | i64 | heartbeat_ns: writer's CLOCK_REALTIME at its last event |
+| 48 | i32 | pid of the writer |
+| 52 | i32 | global rank (-1 unknown) |
+| 56 | u32 | uid of the writer |
+| 64 | 64 bytes | job id, NUL-padded |
+| 128 | u64 | commit_index (reserved) |
+
+Publishing a record: reserve an index, store byte 0 (`kind`) = 0, write the other 63
+bytes, then store the real kind. A reader treats kind 0 as "not yet published". When
+full, writers overwrite the oldest records; a reader that falls more than `capacity`
+behind skips ahead and counts what it lost.
+
+>>> import tempfile, os
+>>> d = tempfile.mkdtemp()
+>>> w = RingWriter(os.path.join(d, "0.ring"), rank=0, job="j", capacity=8)
+>>> w.write(1, 1, 0, 0xAB, 0, 10, 0, 4, 0, -1, 2, 0)
+>>> r = RingReader(os.path.join(d, "0.ring"))
+>>> recs, lost = r.poll()
+>>> int(recs["comm"][0]), lost
+(171, 0)
+"""
+
+from __future__ import annotations
+
+import itertools
+import mmap
+import os
+import struct
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from commwatch.wire import RECORD_DTYPE, RECORD_SIZE
+
+MAGIC = b"CWRING01"
+STEP_MAGIC = b"CWSTEP01"
+VERSION = 1
+HEADER_SIZE = 256
+JOB_ID_LEN = 64
+DEFAULT_CAPACITY = 1 << 16  # 4 MiB of records per rank
+STEP_CAPACITY = 1 << 10
+
+OFF_MAGIC = 0
+OFF_VERSION = 8
+OFF_RECORD_SIZE = 12
+OFF_CAPACITY = 16
+OFF_WRITE_INDEX = 24
+OFF_DROPPED = 32
+OFF_HEARTBEAT = 40
+OFF_PID = 48
+OFF_RANK = 52
+OFF_UID = 56
+OFF_JOB = 64
+OFF_COMMIT = 128
+
+_HEAD = struct.Struct("<8sIIQQQqiiII64sQ")  # the fixed fields, offsets 0..135
+assert _HEAD.size == 136
+_U64 = struct.Struct("<Q")
+_I64 = struct.Struct("<q")
+# A whole record in RECORD_DTYPE order, written with kind 0 (unpublished) first.
+_RECORD = struct.Struct("<BBHiQQqqQiiII")
+assert _RECORD.size == RECORD_SIZE
+
+# The hook's step ring (`<rank>.steps`): same header (magic CWSTEP01), 64-byte records.
+# Phases are NaN when not measured. Byte 0 is the publish byte (1 = STEP), as in call rings.
+STEP_KIND = 1
+STEP_DTYPE = np.dtype(
+    [
+        ("kind", "<u1"),
+        ("pad0", "<u1"),
+        ("pad1", "<u2"),
+        ("rank", "<i4"),
+        ("iteration", "<i8"),
+        ("t_start_ns", "<i8"),
+        ("t_end_ns", "<i8"),
+        ("forward_ms", "<f8"),
+        ("backward_ms", "<f8"),
+        ("optimizer_ms", "<f8"),
+        ("reserved", "<u8"),
+    ]
+)
+assert STEP_DTYPE.itemsize == RECORD_SIZE
+_STEP_BODY = struct.Struct("<BHiqqqdddQ")
+assert _STEP_BODY.size == RECORD_SIZE - 1
+
+
+class RingError(ValueError):
+    """A file that is not a usable ring; `reason` is a short stable code."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+def ring_path(ring_dir: str | Path, job: str, rank: int, suffix: str = "ring") -> Path:
+    return Path(ring_dir) / job / f"{rank}.{suffix}"
+
+
+class RingWriter:
+    """The single writer of one ring file (the Python hook's side).
+
+    Every call to `write` costs three struct stores into the mapping: no syscall, no lock.
+    The index comes from a counter that is atomic under the GIL, so completion callbacks
+    on other threads may write concurrently; the one imprecision this allows (another
+    thread publishing `write_index` past a slot not yet rewritten, once the ring has
+    wrapped) can only show a reader one stale, older record, which consumers that keep
+    the highest sequence number ignore.
+    """
+
+    def __init__(self, path: str | Path, rank: int, job: str, capacity: int = DEFAULT_CAPACITY,
+                 magic: bytes = MAGIC):
+        if capacity <= 0 or capacity & (capacity - 1):
+            raise RingError("bad_capacity", f"capacity {capacity} is not a power of two")
+        self.path = Path(path)
+        self.capacity = capacity
+        self.mask = capacity - 1
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        size = HEADER_SIZE + capacity * RECORD_SIZE
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        job_b = job.encode("utf-8")[: JOB_ID_LEN - 1]
+        _HEAD.pack_into(self.mm, 0, b"\0" * 8, VERSION, RECORD_SIZE, capacity, 0, 0, time.time_ns(),
+                        os.getpid(), rank, os.getuid(), 0, job_b, 0)
+        self.mm[OFF_MAGIC:OFF_MAGIC + 8] = magic  # last: the file is now a ring
+        os.replace(tmp, self.path)
+        self.rank = rank
+        self.counter = itertools.count()
+        self.lock = threading.Lock()  # step records only: written from the training thread
+
+    def write(self, kind: int, op: int, flags: int, comm: int, seq: int, t_start_ns: int, t_end_ns: int,
+              nbytes: int, comm_rank: int, peer: int, nranks: int, aux: int, now_ns: int = 0) -> None:
+        """Publish one call record (contract section 1) under this ring's rank."""
+        mm = self.mm
+        i = next(self.counter)  # atomic under the GIL: completion callbacks may write from other threads
+        off = HEADER_SIZE + ((i & self.mask) << 6)
+        _RECORD.pack_into(mm, off, 0, op, flags, self.rank, comm, seq, t_start_ns, t_end_ns, nbytes, comm_rank,
+                          peer, nranks, aux)
+        _U64.pack_into(mm, OFF_WRITE_INDEX, i + 1)
+        mm[off] = kind
+        _I64.pack_into(mm, OFF_HEARTBEAT, now_ns or t_end_ns or t_start_ns)
+
+    def write_step(self, iteration: int, t_start_ns: int, t_end_ns: int, forward_ms: float = float("nan"),
+                   backward_ms: float = float("nan"), optimizer_ms: float = float("nan")) -> None:
+        """Publish one step record (a ring created with `STEP_MAGIC`)."""
+        mm = self.mm
+        with self.lock:
+            i = next(self.counter)
+            off = HEADER_SIZE + (i & self.mask) * RECORD_SIZE
+            mm[off] = 0
+            _U64.pack_into(mm, OFF_WRITE_INDEX, i + 1)
+            _STEP_BODY.pack_into(mm, off + 1, 0, 0, self.rank, iteration, t_start_ns, t_end_ns,
+                                 forward_ms, backward_ms, optimizer_ms, 0)
+            mm[off] = STEP_KIND
+            _I64.pack_into(mm, OFF_HEARTBEAT, t_end_ns)
+
+    def close(self, unlink: bool = False) -> None:
+        try:
+            self.mm.close()
+        except (BufferError, ValueError):
+            pass
+        if unlink:
+            try:
+                self.path.unlink()
+            except FileNotFoundError:
+                pass
+
+
+class RingReader:
+    """Tails one ring: returns the records published since the last poll, in order.
+
+    Handles wrap-around, writers that lap the reader (skips ahead, counts lost records),
+    records reserved but not yet published (waits for them, gives up after `stuck_s`),
+    and records overwritten while being copied (discarded, counted lost).
+    """
+
+    def __init__(self, path: str | Path, magic: bytes = MAGIC, dtype: np.dtype = RECORD_DTYPE,
+                 stuck_s: float = 1.0, from_start: bool = True):
+        self.path = Path(path)
+        fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            st = os.fstat(fd)
+            if st.st_size < HEADER_SIZE:
+                raise RingError("truncated", f"{self.path}: {st.st_size} bytes, shorter than the header")
+            self.mm = mmap.mmap(fd, st.st_size, mmap.MAP_SHARED, mmap.PROT_READ)
+        finally:
+            os.close(fd)
+        self.st_uid = st.st_uid
+        (got_magic, version, rsize, capacity, _w, _d, _hb, self.pid, self.rank, self.uid, _r,
+         job, _c) = _HEAD.unpack_from(self.mm, 0)
+        if got_magic != magic:
+            self.mm.close()
+            raise RingError("bad_magic", f"{self.path}: magic {got_magic!r} is not {magic!r}")
+        if version != VERSION or rsize != RECORD_SIZE:
+            self.mm.close()
+            raise RingError("bad_version", f"{self.path}: version {version}, record size {rsize}")
+        if capacity <= 0 or capacity & (capacity - 1) or HEADER_SIZE + capacity * RECORD_SIZE > st.st_size:
+            self.mm.close()
+            raise RingError("bad_capacity", f"{self.path}: capacity {capacity} does not fit the file")
+        self.capacity = capacity
+        self.mask = capacity - 1
+        self.job = job.rstrip(b"\0").decode("utf-8", "replace")
+        self.dtype = dtype
+        self.header = np.frombuffer(self.mm, dtype="<u8", count=HEADER_SIZE // 8)
+        self.slots = np.frombuffer(self.mm, dtype=dtype, count=capacity, offset=HEADER_SIZE)
+        self.stuck_ns = int(stuck_s * 1e9)
+        self.read_index = 0 if from_start else self.write_index
+        self.lost = 0
+        self._stuck_since = 0  # monotonic ns at which read_index was first seen unpublished
+
+    @property
+    def write_index(self) -> int:
+        return int(self.header[OFF_WRITE_INDEX // 8])
+
+    @property
+    def dropped(self) -> int:
+        return int(self.header[OFF_DROPPED // 8])
+
+    @property
+    def heartbeat_ns(self) -> int:
+        return int(self.header[OFF_HEARTBEAT // 8].view("<i8"))
+
+    def poll(self, limit: int | None = None) -> tuple[np.ndarray, int]:
+        """(records published since the last poll, records lost since the last poll)."""
+        lost = 0
+        w = self.write_index
+        r = self.read_index
+        if w - r > self.capacity:
+            lost += w - r - self.capacity
+            r = w - self.capacity
+        if limit is not None:
+            w = min(w, r + limit)
+        n = w - r
+        if n <= 0:
+            self.read_index = r
+            self.lost += lost
+            return self.slots[:0].copy(), lost
+        start = r & self.mask
+        end = start + n
+        if end <= self.capacity:
+            recs = self.slots[start:end].copy()
+        else:
+            recs = np.concatenate((self.slots[start:], self.slots[: end - self.capacity]))
+        # Records the writer may have overwritten while we copied them are not trustworthy.
+        w_after = self.write_index
+        overrun = w_after - self.capacity - r
+        if overrun > 0:
+            cut = min(overrun, n)
+            lost += cut
+            recs = recs[cut:]
+            r += cut
+        unpublished = np.flatnonzero(recs["kind"] == 0)
+        if len(unpublished):
+            first = int(unpublished[0])
+            now = time.monotonic_ns()
+            if first == 0:
+                if not self._stuck_since:
+                    self._stuck_since = now
+                if now - self._stuck_since > self.stuck_ns:  # the writer died mid-record
+                    self._stuck_since = 0
+                    self.read_index = r + 1
+                    self.lost += lost + 1
+                    more, more_lost = self.poll(limit)
+                    return more, lost + 1 + more_lost
+            else:
+                self._stuck_since = 0
+            recs = recs[:first]
+        else:
+            self._stuck_since = 0
+        self.read_index = r + len(recs)
+        self.lost += lost
+        return recs, lost
+
+    def close(self) -> None:
+        del self.header, self.slots
+        try:
+            self.mm.close()
+        except (BufferError, ValueError):
+            pass

@@ -1,0 +1,1 @@
+"""Node agent: per-rank rings, progress heartbeats, topology, steps and hardware -> Kafka."""

@@ -1,0 +1,104 @@
+"""Per-communicator progress of the local ranks, from the records seen (contract 2.2).
+
+>>> from commwatch import wire
+>>> recs = wire.empty(2); recs["kind"] = 1; recs["op"] = 1; recs["comm"] = 7; recs["rank"] = 3
+>>> recs["seq"] = [4, 4]; recs["flags"] = [0, 1]; recs["t_start_ns"] = 10; recs["t_end_ns"] = [0, 20]
+>>> p = Progress(); p.update("j", recs)
+>>> p.messages("n", 99)[0][1]["ranks"][0]["started"]
+4
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from commwatch import wire
+
+P2P_NAMES = {wire.OP_SEND: "send", wire.OP_RECV: "recv"}
+
+
+@dataclass
+class RankState:
+    started: int = -1
+    completed: int = -1
+    t_last_start_ns: int = 0
+    t_last_end_ns: int = 0
+    p2p: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # (peer, op) -> [started, completed]
+
+    def as_json(self, rank: int) -> dict:
+        out: dict = {"rank": rank, "started": self.started, "completed": self.completed}
+        if self.t_last_start_ns:
+            out["t_last_start_ns"] = self.t_last_start_ns
+        if self.t_last_end_ns:
+            out["t_last_end_ns"] = self.t_last_end_ns
+        if self.p2p:
+            out["p2p"] = [{"peer": peer, "op": P2P_NAMES[op], "started": s, "completed": c}
+                          for (peer, op), (s, c) in sorted(self.p2p.items())]
+        return out
+
+
+class Progress:
+    """(job, comm) -> rank -> RankState, updated one record array at a time."""
+
+    def __init__(self) -> None:
+        self.table: dict[tuple[str, int], dict[int, RankState]] = {}
+
+    def update(self, job: str, recs: np.ndarray) -> None:
+        if len(recs) == 0:
+            return
+        kinds = recs["kind"]
+        for r in recs[kinds == wire.KIND_COMM_INIT]:
+            self.table.setdefault((job, int(r["comm"])), {}).setdefault(int(r["rank"]), RankState())
+        calls = recs[kinds == wire.KIND_CALL]
+        if len(calls):
+            p2p = np.isin(calls["op"], wire.P2P_OPS)
+            self._collectives(job, calls[~p2p])
+            self._p2p(job, calls[p2p])
+        for r in recs[kinds == wire.KIND_COMM_DESTROY]:
+            ranks = self.table.get((job, int(r["comm"])))
+            if ranks is not None:
+                ranks.pop(int(r["rank"]), None)
+                if not ranks:
+                    del self.table[(job, int(r["comm"]))]
+
+    def _collectives(self, job: str, calls: np.ndarray) -> None:
+        if not len(calls):
+            return
+        keys, inverse = np.unique(calls[["comm", "rank"]], return_inverse=True)
+        done = (calls["flags"] & wire.FLAG_COMPLETED) != 0
+        seq = calls["seq"].astype(np.int64)
+        for i, key in enumerate(keys):
+            m = inverse == i
+            st = self.table.setdefault((job, int(key["comm"])), {}).setdefault(int(key["rank"]), RankState())
+            st.started = max(st.started, int(seq[m].max()))
+            st.t_last_start_ns = max(st.t_last_start_ns, int(calls["t_start_ns"][m].max()))
+            md = m & done
+            if md.any():
+                st.completed = max(st.completed, int(seq[md].max()))
+                st.t_last_end_ns = max(st.t_last_end_ns, int(calls["t_end_ns"][md].max()))
+
+    def _p2p(self, job: str, calls: np.ndarray) -> None:
+        done = (calls["flags"] & wire.FLAG_COMPLETED) != 0
+        for r, d in zip(calls, done):
+            st = self.table.setdefault((job, int(r["comm"])), {}).setdefault(int(r["rank"]), RankState())
+            cell = st.p2p.setdefault((int(r["peer"]), int(r["op"])), [-1, -1])
+            seq = int(r["seq"])
+            cell[0] = max(cell[0], seq)
+            if d:
+                cell[1] = max(cell[1], seq)
+
+    def forget(self, job: str, rank: int) -> None:
+        for key in [k for k in self.table if k[0] == job]:
+            self.table[key].pop(rank, None)
+            if not self.table[key]:
+                del self.table[key]
+
+    def messages(self, node: str, ts_ns: int) -> list[tuple[str, dict]]:
+        """(job, cw.progress.v1 message) for every communicator with a local rank."""
+        out = []
+        for (job, comm), ranks in self.table.items():
+            out.append((job, {"v": 1, "job": job, "node": node, "ts_ns": ts_ns, "comm": wire.comm_hex(comm),
+                              "ranks": [st.as_json(rank) for rank, st in sorted(ranks.items())]}))
+        return out

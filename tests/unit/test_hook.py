@@ -1,0 +1,136 @@
+"""The torch.distributed hook, on a one-process gloo group."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+from commwatch import ring, wire  # noqa: E402
+from commwatch.embedded import free_port  # noqa: E402
+from commwatch.producers import hook  # noqa: E402
+from commwatch.producers.hook.comms import comm_id  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def group():
+    import datetime
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1,
+                                timeout=datetime.timedelta(seconds=30))
+    yield dist.group.WORLD
+    dist.destroy_process_group()
+
+
+@pytest.fixture
+def installed(group, settings, tmp_path):
+    s = settings.replace(ring_dir=str(tmp_path), job_id="jh")
+    h = hook.install(s)
+    reader = ring.RingReader(ring.ring_path(tmp_path, "jh", 0))
+    yield h, reader
+    hook.uninstall()
+
+
+def test_calls_write_entry_and_completion_records(installed):
+    h, reader = installed
+    t = torch.ones(8)
+    dist.all_reduce(t)
+    dist.broadcast(t, src=0)
+    dist.all_gather_into_tensor(torch.zeros(8), t)
+    dist.barrier()
+    recs, lost = reader.poll()
+    wire.validate_records(recs)
+    assert lost == 0 and recs["kind"][0] == wire.KIND_COMM_INIT
+    calls = recs[1:]
+    assert list(calls["op"]) == [1, 1, 4, 4, 2, 2, 9, 9]
+    assert list(calls["seq"]) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert list(calls["flags"]) == [0, 1] * 4
+    assert list(calls["bytes"][:6]) == [32] * 6 and calls["bytes"][6] == 0
+    assert calls["peer"][2] == 0 and calls["peer"][0] == -1  # broadcast root
+    done = calls[calls["flags"] == 1]
+    assert (done["t_end_ns"] >= done["t_start_ns"]).all() and (calls["t_end_ns"][::2] == 0).all()
+    assert set(recs["comm"]) == {comm_id("jh", dist.group.WORLD.group_name, [0])}
+    assert h.errors == 0
+
+
+def test_async_call_completes_through_its_future(installed):
+    _, reader = installed
+    work = dist.all_reduce(torch.ones(4), async_op=True)
+    work.wait()
+    recs, _ = reader.poll()
+    calls = recs[recs["kind"] == wire.KIND_CALL]
+    assert list(calls["flags"]) == [0, 1] and calls["t_end_ns"][1] > 0
+
+
+def test_default_group_and_explicit_world_share_one_counter(installed):
+    _, reader = installed
+    dist.all_reduce(torch.ones(1))
+    dist.all_reduce(torch.ones(1), group=dist.group.WORLD)
+    recs, _ = reader.poll()
+    calls = recs[recs["kind"] == wire.KIND_CALL]
+    assert list(calls["seq"]) == [0, 0, 1, 1] and len(set(calls["comm"])) == 1
+
+
+def test_new_groups_get_distinct_ids_and_own_sequence(installed):
+    _, reader = installed
+    g1 = dist.new_group([0])
+    g2 = dist.new_group([0])
+    dist.all_reduce(torch.ones(1), group=g1)
+    dist.all_reduce(torch.ones(1), group=g2)
+    dist.all_reduce(torch.ones(1), group=g2)
+    recs, _ = reader.poll()
+    inits = recs[recs["kind"] == wire.KIND_COMM_INIT]
+    assert len(set(inits["comm"])) == 2
+    calls = recs[recs["kind"] == wire.KIND_CALL]
+    by_comm = {int(c): sorted(set(int(s) for s in calls["seq"][calls["comm"] == c])) for c in set(calls["comm"])}
+    assert sorted(by_comm.values()) == [[0], [0, 1]]
+
+
+def test_steps_meta_and_uninstall(installed, tmp_path):
+    h, _ = installed
+    hook.set_coords(tp=0, pp=1, dp=2)
+    hook.step()
+    with hook.phase("forward"):
+        pass
+    hook.step()
+    hook.step()
+    steps = ring.RingReader(ring.ring_path(tmp_path, "jh", 0, "steps"), ring.STEP_MAGIC, ring.STEP_DTYPE)
+    recs, _ = steps.poll()
+    assert list(recs["iteration"]) == [0, 1] and recs["forward_ms"][0] >= 0
+    meta = (tmp_path / "jh" / "0.meta.json").read_text()
+    assert '"coords": {"tp": 0, "pp": 1, "dp": 2}' in meta and '"world_size": 1' in meta
+    wrapped = dist.all_reduce
+    hook.uninstall()
+    assert dist.all_reduce is wrapped.__commwatch_wrapped__
+    assert not (tmp_path / "jh" / "0.ring").exists()
+
+
+def test_megatron_coordinates(installed, monkeypatch, tmp_path):
+    ps = types.ModuleType("megatron.core.parallel_state")
+    ps.model_parallel_is_initialized = lambda: True
+    ps.get_tensor_model_parallel_rank = lambda: 1
+    ps.get_pipeline_model_parallel_rank = lambda: 2
+    ps.get_data_parallel_rank = lambda: 3
+    ps.get_context_parallel_rank = lambda: 0
+
+    def no_ep():
+        raise AssertionError("expert parallel group is not initialized")
+
+    ps.get_expert_model_parallel_rank = no_ep
+    for name in ("megatron", "megatron.core"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "megatron.core.parallel_state", ps)
+    h, _ = installed
+    h.use_megatron = True
+    hook.step()
+    assert h.coords == {"tp": 1, "pp": 2, "dp": 3, "cp": 0}
+
+
+def test_comm_id_is_order_independent_and_job_scoped():
+    assert comm_id("j", "3", [2, 0, 1]) == comm_id("j", "3", [0, 1, 2])
+    assert comm_id("j", "3", [0, 1]) != comm_id("j", "4", [0, 1]) != comm_id("k", "3", [0, 1])
