@@ -20,6 +20,9 @@ def producer(settings: Settings, bootstrap: str, **extra: Any) -> Producer:
         {
             "linger.ms": 20,
             "compression.type": "lz4",
+            # Java-compatible key hashing, as faust/aiokafka use: a `{job}` key lands on the
+            # same partition number in every topic, so a worker's job agent sees all of a job.
+            "partitioner": "murmur2_random",
             "queue.buffering.max.kbytes": 262144,
             "message.max.bytes": max(settings.max_message_bytes + 4096, 1_000_000),
             "log_level": 3,

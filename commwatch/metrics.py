@@ -1,0 +1,140 @@
+"""Every Prometheus metric commwatch exposes, in one place.
+
+Names follow `commwatch_<subsystem>_<name>_<unit>`; counters end in `_total`, times are
+seconds. No label ever carries a rank, a node or a job id (cardinality): per-rank detail
+belongs in ClickHouse. Each process builds its metrics on its own `CollectorRegistry`
+(so tests and several workers in one interpreter never collide) and serves them with
+`serve()` on `settings.metrics_host:settings.metrics_port` (loopback by default; port 0
+picks a free one).
+
+A part that adds metrics adds a class here, built on a registry, and documents each name
+in the class docstring.
+
+>>> m = StreamMetrics()
+>>> m.messages.labels(topic="cw.calls.v1").inc()
+>>> m.registry.get_sample_value("commwatch_stream_messages_total", {"topic": "cw.calls.v1"})
+1.0
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+log = logging.getLogger(__name__)
+
+# Detection delays run from ~1 s (a hang at the floor) to minutes (a slow rank over windows).
+DELAY_BUCKETS = (1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600)
+
+
+class StreamMetrics:
+    """Metrics of a live stream worker (`commwatch worker`).
+
+    - `commwatch_stream_up` (gauge): 1 while the worker's agents run.
+    - `commwatch_stream_messages_total{topic}` (counter): Kafka messages consumed, by contract
+      topic name (including `cw.internal.reports.v1`).
+    - `commwatch_stream_records_total` (counter): call records decoded from `cw.calls.v1` batches.
+    - `commwatch_stream_deadletter_total{reason}` (counter): messages sent to `cw.deadletter.v1`,
+      by `WireError` reason (`bad_magic`, `bad_key`, `not_json`, ...).
+    - `commwatch_stream_reports_total` (counter): stage-1 reports published to the internal topic.
+    - `commwatch_stream_alerts_total{kind,status}` (counter): incident events published to
+      `cw.alerts.v1`.
+    - `commwatch_stream_consumer_lag_messages{topic}` (gauge): messages behind the end of the
+      assigned partitions of each topic, summed over partitions.
+    - `commwatch_stream_event_age_seconds` (gauge): wall clock minus the newest event time seen
+      (how far the worker runs behind the producers; meaningful only for live producers).
+    - `commwatch_stream_jobs_watched` (gauge): jobs with input in this worker's partitions.
+    - `commwatch_incidents_open{kind,severity}` (gauge): incidents this worker published as open
+      and has not resolved.
+    - `commwatch_detection_delay_seconds{kind}` (histogram): event time from the fault's onset
+      to the incident's `opened_ns`, as far as the incident's evidence tells the onset (see
+      `detection_delay_s`); incidents that do not tell are not observed.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        r = self.registry = registry if registry is not None else CollectorRegistry()
+        self.up = Gauge("commwatch_stream_up", "1 while the stream worker's agents run", registry=r)
+        self.messages = Counter(
+            "commwatch_stream_messages", "Kafka messages consumed, by contract topic", ["topic"], registry=r
+        )
+        self.records = Counter("commwatch_stream_records", "call records decoded from call batches", registry=r)
+        self.deadletter = Counter(
+            "commwatch_stream_deadletter", "messages sent to the dead-letter topic, by reason", ["reason"],
+            registry=r,
+        )
+        self.reports = Counter("commwatch_stream_reports", "stage-1 reports published", registry=r)
+        self.alerts = Counter(
+            "commwatch_stream_alerts", "incident events published, by kind and status", ["kind", "status"],
+            registry=r,
+        )
+        self.consumer_lag = Gauge(
+            "commwatch_stream_consumer_lag_messages", "messages behind the partition ends, by topic", ["topic"],
+            registry=r,
+        )
+        self.event_age = Gauge(
+            "commwatch_stream_event_age_seconds", "wall clock minus the newest event time seen", registry=r
+        )
+        self.jobs = Gauge("commwatch_stream_jobs_watched", "jobs with input in this worker", registry=r)
+        self.incidents_open = Gauge(
+            "commwatch_incidents_open", "open incidents, by kind and severity", ["kind", "severity"], registry=r
+        )
+        self.detection_delay = Histogram(
+            "commwatch_detection_delay_seconds", "event time from a fault's onset to its incident opening",
+            ["kind"], buckets=DELAY_BUCKETS, registry=r,
+        )
+        self._open: dict[str, tuple[str, str]] = {}
+
+    def incident(self, inc: dict[str, Any]) -> None:
+        """Account one published incident event (contract 2.6)."""
+        kind, severity, status = inc.get("kind", "?"), inc.get("severity", "?"), inc.get("status", "?")
+        self.alerts.labels(kind=kind, status=status).inc()
+        iid = inc.get("incident", "")
+        before = self._open.pop(iid, None)
+        if status != "resolved":
+            self._open[iid] = (kind, severity)
+        if status == "open" and before is None:
+            delay = detection_delay_s(inc)
+            if delay is not None:
+                self.detection_delay.labels(kind=kind).observe(delay)
+        counts: dict[tuple[str, str], int] = {}
+        for key in self._open.values():
+            counts[key] = counts.get(key, 0) + 1
+        for key in {before, (kind, severity)} - {None}:
+            counts.setdefault(key, 0)  # type: ignore[arg-type]
+        for (k, s), n in counts.items():
+            self.incidents_open.labels(kind=k, severity=s).set(n)
+
+
+ONSET_SECONDS = ("waited_s", "silent_s", "idle_s")  # evidence keys: how long the condition had lasted
+
+
+def detection_delay_s(inc: dict[str, Any]) -> float | None:
+    """Seconds from onset to opening: `opened_ns - evidence.onset_ns`, else the evidence's
+    own duration (`waited_s` of a hang, `silent_s` of a lost node, `idle_s` of a stall).
+
+    >>> detection_delay_s({"opened_ns": 9_000_000_000, "evidence": {"onset_ns": 1_000_000_000}})
+    8.0
+    >>> detection_delay_s({"opened_ns": 5, "evidence": {"waited_s": 6.5}})
+    6.5
+    >>> detection_delay_s({"opened_ns": 5, "evidence": {}}) is None
+    True
+    """
+    ev = inc.get("evidence") or {}
+    onset, opened = ev.get("onset_ns"), inc.get("opened_ns")
+    if isinstance(onset, int) and isinstance(opened, int):
+        return max(0.0, (opened - onset) / 1e9)
+    for key in ONSET_SECONDS:
+        value = ev.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return max(0.0, float(value))
+    return None
+
+
+def serve(registry: CollectorRegistry, host: str, port: int) -> tuple[Any, int]:
+    """Serve `registry` on http://host:port/metrics in a daemon thread; returns (server, port)."""
+    server, _thread = start_http_server(port, addr=host, registry=registry)
+    bound = server.server_port
+    log.info("metrics on http://%s:%d/metrics", host, bound)
+    return server, bound

@@ -1,0 +1,102 @@
+"""What has been said on `cw.alerts.v1`, so a restarted worker repeats nothing.
+
+Detector state lives in memory and is rebuilt from heartbeats after a restart; the
+rebuilt detector then re-opens incidents that were already open before. Incident ids are
+stable (the detector derives them from the job, kind, communicator and sequence), so the
+worker reads the alerts topic once at start, remembers the last status of every incident,
+and drops an event that would only repeat it: no incident is lost (a resolution still goes
+out) and none is duplicated.
+
+>>> led = AlertLedger()
+>>> led.admit({"incident": "j-hang-1", "status": "open"})
+True
+>>> led.admit({"incident": "j-hang-1", "status": "open"})
+False
+>>> led.admit({"incident": "j-hang-1", "status": "resolved"})
+True
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+
+from commwatch import kafka
+from commwatch.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class AlertLedger:
+    """Last published status per incident id; `admit()` says whether an event is news.
+
+    An `open` of an incident already open and a `resolved` of one already resolved are
+    repeats (what a restarted detector says again); `update`s always pass.
+    """
+
+    def __init__(self) -> None:
+        self.last: dict[str, str] = {}
+        self.suppressed = 0
+
+    def note(self, inc: dict[str, Any]) -> None:
+        self.last[inc.get("incident", "")] = inc.get("status", "")
+
+    def admit(self, inc: dict[str, Any]) -> bool:
+        iid, status = inc.get("incident", ""), inc.get("status", "")
+        before = self.last.get(iid)
+        repeat = (status == "open" and before in ("open", "update")) or (status == "resolved" and before == status)
+        if repeat:
+            self.suppressed += 1
+            if self.suppressed == 1 or self.suppressed % 100 == 0:
+                log.info("incident %s is already %s; not repeated (%d repeats so far)", iid, before, self.suppressed)
+            return False
+        self.last[iid] = status
+        return True
+
+    def open_count(self) -> int:
+        return sum(1 for s in self.last.values() if s != "resolved")
+
+    def load(self, settings: Settings, bootstrap: str, timeout_s: float = 10.0) -> int:
+        """Read the alerts topic from the beginning to its current end; returns events read."""
+        topic = settings.topics.alerts
+        consumer = kafka.consumer(settings, bootstrap, group=f"{topic}.ledger", **{"enable.partition.eof": True})
+        try:
+            meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+            if meta is None or not meta.partitions:
+                return 0
+            parts = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions]
+            pending = set()
+            for tp in parts:
+                lo, hi = consumer.get_watermark_offsets(tp, timeout=timeout_s)
+                if hi > lo:
+                    pending.add(tp.partition)
+            if not pending:
+                return 0
+            consumer.assign(parts)
+            read = 0
+            deadline = time.monotonic() + timeout_s
+            while pending and time.monotonic() < deadline:
+                msg = consumer.poll(0.2)
+                if msg is None:
+                    continue
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        pending.discard(msg.partition())
+                    continue
+                try:
+                    inc = json.loads(msg.value())
+                except ValueError:
+                    continue
+                if isinstance(inc, dict):
+                    self.note(inc)
+                    read += 1
+            if pending:
+                log.warning("alert ledger: partitions %s of %s not read to the end in %.0f s",
+                            sorted(pending), topic, timeout_s)
+            return read
+        finally:
+            consumer.close()

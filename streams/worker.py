@@ -1,0 +1,53 @@
+"""`commwatch worker`: one live stream worker process (the faust app of `streams/app.py`).
+
+Start as many as the input topics have partitions; they share the work through the
+consumer group. Metrics are served on `COMMWATCH_METRICS_HOST:COMMWATCH_METRICS_PORT`
+(`--set metrics_port=0` picks a free port). SIGTERM or Ctrl-C stops it cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from commwatch.kafka import ensure_topics
+from commwatch.metrics import StreamMetrics, serve
+from commwatch.settings import Settings, SettingsError
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-metrics", action="store_true", help="do not serve Prometheus metrics")
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    if not settings.kafka_bootstrap:
+        raise SettingsError(
+            "COMMWATCH_KAFKA_BOOTSTRAP: a worker needs a broker (start the embedded one with `commwatch up`)"
+        )
+    import faust
+
+    from commwatch.streams.app import Pipeline, create_app, stream_topics
+    from commwatch.streams.ledger import AlertLedger
+
+    ensure_topics(settings, settings.kafka_bootstrap, stream_topics(settings))
+    metrics = StreamMetrics()
+    if not args.no_metrics:
+        _server, port = serve(metrics.registry, settings.metrics_host, settings.metrics_port)
+        print(f"commwatch worker: metrics on http://{settings.metrics_host}:{port}/metrics", flush=True)
+    ledger = AlertLedger()
+    known = ledger.load(settings, settings.kafka_bootstrap)
+    log.info("alert ledger: %d events read, %d incidents open", known, ledger.open_count())
+    pipeline = Pipeline(settings, metrics, ledger)
+    app = create_app(settings, pipeline)
+    worker = faust.Worker(app, loglevel=settings.log_level, quiet=True, redirect_stdouts=False)
+    worker.spinner = None
+    metrics.up.set(1)
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    finally:
+        metrics.up.set(0)
+    return 0

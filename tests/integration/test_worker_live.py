@@ -1,0 +1,207 @@
+"""A live `commwatch worker` on the real embedded broker, fed by the real simulator.
+
+One worker process serves the module (a fresh topic prefix); each test sends its own
+simulated job, placed later in event time than the previous one (the worker's clock is
+the newest event time it has seen).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+
+import pytest
+
+from commwatch import topics
+from commwatch.kafka import Sender, consumer
+from commwatch.producers.simulate import JobSpec, parse_fault, simulate
+from commwatch.producers.simulate.spec import DEFAULT_START_NS
+from commwatch.settings import Settings
+from commwatch.streams.app import stream_topics
+from commwatch.streams.deadletter import parse_error
+
+pytestmark = pytest.mark.integration
+
+
+def worker_env(s: Settings) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMMWATCH_")}
+    env.update({
+        "COMMWATCH_KAFKA_BOOTSTRAP": s.kafka_bootstrap, "COMMWATCH_TOPIC_PREFIX": s.topic_prefix,
+        "COMMWATCH_DATA_DIR": s.data_dir, "COMMWATCH_KAFKA_PARTITIONS": str(s.kafka_partitions),
+        "COMMWATCH_METRICS_PORT": "0", "COMMWATCH_LOG_LEVEL": "INFO",
+    })
+    return env
+
+
+def start_worker(s: Settings, log_path) -> tuple[subprocess.Popen, int]:
+    """Start `commwatch worker`; returns the process and its metrics port."""
+    out = open(log_path, "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "commwatch.cli", "worker"], env=worker_env(s),
+                            stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        m = re.search(rb"metrics on http://[^:]+:(\d+)/metrics", log_path.read_bytes())
+        if m:
+            return proc, int(m.group(1))
+        assert proc.poll() is None, log_path.read_text()
+        time.sleep(0.1)
+    raise AssertionError("worker printed no metrics address:\n" + log_path.read_text())
+
+
+@pytest.fixture(scope="module")
+def live(broker, tmp_path_factory):
+    from commwatch.kafka import ensure_topics
+
+    d = tmp_path_factory.mktemp("worker")
+    s = Settings.load(env={}, kafka_bootstrap=broker.bootstrap, topic_prefix="w" + uuid.uuid4().hex[:8],
+                      data_dir=str(d), kafka_partitions=2, metrics_port=0)
+    ensure_topics(s, broker.bootstrap, stream_topics(s))
+    proc, port = start_worker(s, d / "worker.log")
+    yield s, proc, port, d / "worker.log"
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def send_job(s: Settings, job: str, start_ns: int, fault: str) -> list[dict]:
+    """Send a small simulated job, fast (not paced); returns the injected truth."""
+    sim = simulate(JobSpec(job=job, tp=2, pp=2, dp=2, duration_s=20, step_s=0.5, start_ns=start_ns),
+                   [parse_fault(fault)])
+    sender = Sender(s, s.kafka_bootstrap)
+    for m in sim.messages():
+        sender.send(s.topics.name(m.topic), m.key, m.value, timestamp_ms=m.ts_ns // 1_000_000)
+    assert sender.flush(15) == 0
+    return sim.truth()
+
+
+def wait_for(s: Settings, topic: str, pred, timeout_s: float = 60.0):
+    c = consumer(s, s.kafka_bootstrap, group="t" + uuid.uuid4().hex)
+    c.subscribe([s.topics.name(topic)])
+    try:
+        deadline = time.monotonic() + timeout_s
+        seen = []
+        while time.monotonic() < deadline:
+            msg = c.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            seen.append(msg)
+            if pred(msg):
+                return msg, seen
+        raise AssertionError(f"nothing matching on {topic} in {timeout_s} s; saw {len(seen)} messages")
+    finally:
+        c.close()
+
+
+def read_all(s: Settings, topic: str) -> list[bytes]:
+    """Every value on a topic now, read partition by partition to the end."""
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    name = s.topics.name(topic)
+    c = consumer(s, s.kafka_bootstrap, group="t" + uuid.uuid4().hex, **{"enable.partition.eof": True})
+    parts = c.list_topics(name, timeout=10).topics[name].partitions
+    c.assign([TopicPartition(name, p, OFFSET_BEGINNING) for p in parts])
+    values, pending, deadline = [], set(parts), time.monotonic() + 20
+    try:
+        while pending and time.monotonic() < deadline:
+            msg = c.poll(0.3)
+            if msg is None:
+                continue
+            if msg.error():
+                pending.discard(msg.partition())
+            else:
+                values.append(msg.value())
+    finally:
+        c.close()
+    assert not pending, f"{name}: partitions {pending} not read to the end"
+    return values
+
+
+def is_hang_of(job: str, rank: int):
+    def pred(msg) -> bool:
+        inc = json.loads(msg.value())
+        return inc["job"] == job and inc["kind"] == "hang" and inc["status"] == "open" and rank in inc["culprit_ranks"]
+    return pred
+
+
+def test_hang_alert_names_the_culprit(live):
+    s, proc, _port, log = live
+    truth = send_job(s, "jhang", DEFAULT_START_NS, "hang:rank=5,at=8s")
+    assert truth[0]["ranks"] == [5]
+    msg, seen = wait_for(s, topics.ALERTS, is_hang_of("jhang", 5))
+    inc = json.loads(msg.value())
+    assert msg.key() == b"jhang"
+    assert inc["culprit_ranks"] == [5], inc
+    assert proc.poll() is None
+    assert re.search(r"first message processed [\d.]+ s after", log.read_text())
+
+
+def test_garbage_is_dead_lettered_and_the_stream_goes_on(live):
+    s, proc, port, _log = live
+    garbage = b"\x00not a call batch"
+    sender = Sender(s, s.kafka_bootstrap)
+    sender.send(s.topics.calls, "jdead/00000000000000ab", garbage)
+    assert sender.flush(10) == 0
+    dead, _ = wait_for(s, topics.DEADLETTER, lambda m: m.value() == garbage, timeout_s=30)
+    headers = dict(dead.headers())
+    reason, detail = parse_error(headers[topics.ERROR_HEADER])
+    assert reason == "bad_magic" and detail
+    assert headers["cw-source-topic"] == s.topics.calls.encode()
+    assert dead.key() == b"jdead/00000000000000ab"
+    # the worker goes on: a later job's hang is still found
+    send_job(s, "jafter", DEFAULT_START_NS + 200 * 10**9, "hang:rank=2,at=8s")
+    wait_for(s, topics.ALERTS, is_hang_of("jafter", 2))
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert re.search(r'commwatch_stream_deadletter_total\{reason="bad_magic"\} 1\.0', body), body
+    assert re.search(r'commwatch_incidents_open\{kind="hang",severity="P\d"\} [1-9]', body), body
+    assert proc.poll() is None
+
+
+def test_killed_worker_restarts_without_losing_or_repeating_incidents(broker, tmp_path):
+    """Fault drill: kill -9 mid-run, restart; the open hang is neither lost nor re-announced."""
+    from commwatch.kafka import ensure_topics
+
+    s = Settings.load(env={}, kafka_bootstrap=broker.bootstrap, topic_prefix="r" + uuid.uuid4().hex[:8],
+                      data_dir=str(tmp_path), kafka_partitions=2, metrics_port=0)
+    ensure_topics(s, broker.bootstrap, stream_topics(s))
+    sim = simulate(JobSpec(job="jrestart", tp=2, pp=2, dp=2, duration_s=36, step_s=0.5),
+                   [parse_fault("hang:rank=3,at=8s")])
+    msgs = list(sim.messages())
+    half = DEFAULT_START_NS + 18 * 10**9
+    sender = Sender(s, s.kafka_bootstrap)
+
+    def send(part):
+        for m in part:
+            sender.send(s.topics.name(m.topic), m.key, m.value, timestamp_ms=m.ts_ns // 1_000_000)
+        assert sender.flush(15) == 0
+
+    first, _ = start_worker(s, tmp_path / "first.log")
+    try:
+        send([m for m in msgs if m.ts_ns < half])
+        opened, _ = wait_for(s, topics.ALERTS, is_hang_of("jrestart", 3))
+    finally:
+        first.kill()
+        first.wait(timeout=10)
+    hang_id = json.loads(opened.value())["incident"]
+    restarted = time.monotonic()
+    second, _ = start_worker(s, tmp_path / "second.log")
+    try:
+        send([m for m in msgs if m.ts_ns >= half])
+        deadline = time.monotonic() + 60
+        while f"incident {hang_id} is already open" not in (tmp_path / "second.log").read_text():
+            assert time.monotonic() < deadline, (tmp_path / "second.log").read_text()
+            assert second.poll() is None
+            time.sleep(0.2)
+        print(f"restarted worker re-detected the open hang {time.monotonic() - restarted:.1f} s after restart")
+        # everything said about the job: one open of the hang, and no other incident opened twice
+        events = [json.loads(v) for v in read_all(s, topics.ALERTS)]
+        opens = [e["incident"] for e in events if e["status"] == "open"]
+        assert opens.count(hang_id) == 1, events
+        assert len(opens) == len(set(opens)), opens
+    finally:
+        second.terminate()
+        second.wait(timeout=30)

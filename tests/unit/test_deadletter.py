@@ -1,0 +1,64 @@
+"""Dead-lettering: the headers, and the pipeline's verdict on bad input (counted, and the
+next good message is still processed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from commwatch import topics
+from commwatch.capture import Message
+from commwatch.metrics import StreamMetrics
+from commwatch.producers.simulate import JobSpec, simulate
+from commwatch.streams.app import REPORTS, EventClock, Pipeline, to_message
+from commwatch.streams.deadletter import error_headers, parse_error
+from commwatch.wire import WireError
+
+
+def test_headers_carry_reason_and_source():
+    h = dict(error_headers(WireError("not_json", "line 1: é"), "p.cw.hw.v1", 2, 41))
+    assert h[topics.ERROR_HEADER] == "not_json: line 1: é".encode()
+    assert (h["cw-source-topic"], h["cw-source-partition"], h["cw-source-offset"]) == (b"p.cw.hw.v1", b"2", b"41")
+    assert parse_error(h[topics.ERROR_HEADER]) == ("not_json", "line 1: é")
+
+
+def test_key_that_is_not_utf8_is_a_bad_key():
+    with pytest.raises(WireError) as exc:
+        to_message(topics.CALLS, b"\xff\xfe/00", 1, b"")
+    assert exc.value.reason == "bad_key"
+
+
+@pytest.fixture
+def pipeline(settings):
+    return Pipeline(settings, StreamMetrics())
+
+
+def test_bad_messages_raise_and_good_ones_still_flow(pipeline):
+    m = pipeline.metrics
+    bad = [
+        (topics.CALLS, Message(topics.CALLS, "j/00000000000000ab", 5, b"junkjunkjunkjunkjunk"), "bad_magic"),
+        (topics.PROGRESS, Message(topics.PROGRESS, "j/00000000000000ab", 5, b"{not json"), "bad_json"),
+        (topics.HW, Message(topics.HW, "j", 5, b"[1, 2]"), "not_object"),
+        (REPORTS, Message(REPORTS, "j", 5, b"\x00"), "bad_json"),
+    ]
+    for base, msg, reason in bad:
+        handler = pipeline.comm_message if base in (topics.CALLS, topics.PROGRESS) else pipeline.job_message
+        with pytest.raises(WireError) as exc:
+            handler(base, msg)
+        assert exc.value.reason == reason, (base, exc.value)
+        pipeline.dead(exc.value)
+    assert sum(s.value for f in m.registry.collect() if f.name == "commwatch_stream_deadletter"
+               for s in f.samples if s.name.endswith("_total")) == 4
+    good = [msg for msg in simulate(JobSpec(job="j", tp=2, duration_s=1)).messages() if msg.topic == topics.CALLS]
+    pipeline.comm_message(topics.CALLS, good[0])
+    assert m.registry.get_sample_value("commwatch_stream_records_total") > 0
+    assert pipeline.jobs == {"j"}
+
+
+def test_event_clock_advances_with_the_wall_clock_after_the_last_event():
+    wall = [100.0]
+    clock = EventClock(monotonic=lambda: wall[0])
+    assert clock.now() == 0
+    clock.observe(5_000_000_000)
+    clock.observe(4_000_000_000)  # older event: no change
+    wall[0] += 2.5
+    assert clock.now() == 7_500_000_000
