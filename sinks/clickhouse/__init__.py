@@ -1,0 +1,1 @@
+"""History in ClickHouse: schema migrations, the Kafka -> ClickHouse sink, queries, traces."""

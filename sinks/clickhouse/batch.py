@@ -1,0 +1,88 @@
+"""The sink's batch: decoded messages buffered per table until a flush.
+
+`SinkBatch.add()` decodes one message (raising `WireError` for the dead-letter topic),
+`flush(target)` inserts every table's rows with a token derived from the Kafka offsets
+the batch covers, so retrying a failed flush never doubles a row. A flush that raises
+keeps the batch intact for the next attempt; once sealed, a batch takes no new messages,
+so its tokens stay the same until it is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from commwatch import topics
+from commwatch.capture import Message
+from commwatch.decode import CallBatch, decode_message
+from commwatch.sinks.clickhouse.rows import MS, ROW_TABLES, WINDOWS, call_columns, calls_block, decode_window
+from commwatch.sinks.clickhouse.writer import InsertTarget
+
+SINK_TOPICS = (topics.ALERTS, topics.CALLS, topics.STEPS, topics.HW, topics.TOPOLOGY, WINDOWS)
+
+
+@dataclass
+class SinkBatch:
+    max_message_bytes: int | None = None
+    calls: list[tuple[str, dict[str, np.ndarray]]] = field(default_factory=list)
+    rows: dict[str, list[list]] = field(default_factory=lambda: defaultdict(list))
+    n_rows: int = 0
+    # (topic, partition) -> [first offset, next offset]
+    spans: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+    # job -> rank -> clock offset (ns), learned from window statistics; shared across batches
+    offsets_ns: dict[str, dict[int, int]] = field(default_factory=lambda: defaultdict(dict))
+
+    def note(self, topic: str, partition: int, offset: int) -> None:
+        span = self.spans.get((topic, partition))
+        if span is None:
+            self.spans[(topic, partition)] = [offset, offset + 1]
+        else:
+            span[1] = max(span[1], offset + 1)
+
+    def add(self, msg: Message) -> int:
+        """Decode and buffer one message; returns the rows it added. Raises `WireError`."""
+        if msg.topic == WINDOWS:
+            obj = decode_window(msg.value, msg.key)
+            self.offsets_ns[obj["job"]][obj["rank"]] = int(round(float(obj.get("clock_offset_ms") or 0.0) * MS))
+        else:
+            decoded = decode_message(msg, self.max_message_bytes)
+            if isinstance(decoded, CallBatch):
+                cols = call_columns(decoded, self.offsets_ns.get(decoded.job))
+                n = len(cols["seq"])
+                if n:
+                    self.calls.append((decoded.job, cols))
+                    self.n_rows += n
+                return n
+            obj = decoded
+        table, _cols, build = ROW_TABLES[msg.topic]
+        self.rows[table].append(build(obj))
+        self.n_rows += 1
+        return 1
+
+    def token(self, table: str) -> str:
+        spans = ",".join(f"{t}:{p}:{a}-{b}" for (t, p), (a, b) in sorted(self.spans.items()))
+        return f"{table}-{hashlib.sha1(spans.encode()).hexdigest()}"
+
+    def flush(self, target: InsertTarget) -> int:
+        """Insert everything buffered; returns rows written. Raises on failure (batch kept)."""
+        if self.calls:
+            _n, block = calls_block(self.calls)
+            target.insert_block("calls", block, self.token("calls"))
+        for topic, (table, columns, _build) in ROW_TABLES.items():
+            if self.rows.get(table):
+                target.insert_rows(table, columns, self.rows[table], self.token(table))
+        written = self.n_rows
+        self.clear()
+        return written
+
+    def clear(self) -> None:
+        self.calls = []
+        self.rows = defaultdict(list)
+        self.n_rows = 0
+        self.spans = {}
+
+    def commit_positions(self) -> dict[tuple[str, int], int]:
+        return {k: b for k, (_a, b) in self.spans.items()}

@@ -1,0 +1,1 @@
+"""Alert delivery: cw.alerts.v1 -> webhooks (generic, Slack, Feishu) and Alertmanager."""
