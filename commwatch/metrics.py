@@ -107,6 +107,75 @@ class StreamMetrics:
             self.incidents_open.labels(kind=k, severity=s).set(n)
 
 
+class SinkMetrics:
+    """Metrics of the ClickHouse sink (`commwatch sink`), moved with its `SinkStats`.
+
+    - `commwatch_sink_messages_total{topic}` (counter): Kafka messages consumed, by contract topic.
+    - `commwatch_sink_rows_total{table}` (counter): rows written to ClickHouse, by table, counted
+      once their flush succeeded (a retried flush counts once).
+    - `commwatch_sink_flushes_total` (counter): flushes written and committed.
+    - `commwatch_sink_insert_errors_total` (counter): flush attempts that failed (each is retried
+      with backoff).
+    - `commwatch_sink_buffered_rows` (gauge): rows held and not yet written, in all batches.
+    - `commwatch_sink_paused` (gauge): 1 while consumption is paused because the buffer reached
+      `sink_max_buffer_rows`.
+    - `commwatch_sink_deadletter_total{reason}` (counter): messages sent to `cw.deadletter.v1`,
+      by `WireError` reason.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        r = self.registry = registry if registry is not None else CollectorRegistry()
+        self.messages = Counter(
+            "commwatch_sink_messages", "Kafka messages consumed, by contract topic", ["topic"], registry=r
+        )
+        self.rows = Counter("commwatch_sink_rows", "rows written to ClickHouse, by table", ["table"], registry=r)
+        self.flushes = Counter("commwatch_sink_flushes", "flushes written and committed", registry=r)
+        self.insert_errors = Counter("commwatch_sink_insert_errors", "flush attempts that failed", registry=r)
+        self.buffered = Gauge("commwatch_sink_buffered_rows", "rows held and not yet written", registry=r)
+        self.paused = Gauge("commwatch_sink_paused", "1 while consumption is paused on a full buffer", registry=r)
+        self.deadletter = Counter(
+            "commwatch_sink_deadletter", "messages sent to the dead-letter topic, by reason", ["reason"],
+            registry=r,
+        )
+
+
+class NotifyMetrics:
+    """Metrics of the notifier (`commwatch notify`), moved with its `DeliveryStats`.
+
+    `destination` is the destination's kind (`webhook`, `slack`, `feishu`, `alertmanager`).
+
+    - `commwatch_notify_sent_total{destination}` (counter): notifications delivered.
+    - `commwatch_notify_failed_total{destination}` (counter): notifications given up after every
+      attempt failed.
+    - `commwatch_notify_retries_total{destination}` (counter): delivery attempts that failed and
+      were retried.
+    - `commwatch_notify_dropped_total{destination}` (counter): notifications dropped because the
+      destination's queue was full.
+    - `commwatch_notify_suppressed_total` (counter): incident events routing kept back (below
+      `notify_min_severity`, a kind not in `notify_kinds`, or nothing new since the last one).
+    - `commwatch_notify_malformed_total{reason}` (counter): messages on `cw.alerts.v1` skipped as
+      not following the contract, by `WireError` reason.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        r = self.registry = registry if registry is not None else CollectorRegistry()
+        self.sent = Counter("commwatch_notify_sent", "notifications delivered", ["destination"], registry=r)
+        self.failed = Counter(
+            "commwatch_notify_failed", "notifications given up after every attempt", ["destination"], registry=r
+        )
+        self.retries = Counter(
+            "commwatch_notify_retries", "failed delivery attempts retried", ["destination"], registry=r
+        )
+        self.dropped = Counter(
+            "commwatch_notify_dropped", "notifications dropped on a full queue", ["destination"], registry=r
+        )
+        self.suppressed = Counter("commwatch_notify_suppressed", "incident events routing kept back", registry=r)
+        self.malformed = Counter(
+            "commwatch_notify_malformed", "incident messages skipped as malformed, by reason", ["reason"],
+            registry=r,
+        )
+
+
 ONSET_SECONDS = ("waited_s", "silent_s", "idle_s")  # evidence keys: how long the condition had lasted
 
 

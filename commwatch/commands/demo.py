@@ -172,7 +172,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             children.start(f"worker-{n}", ["worker"], child_env(settings, metrics_port=0))
         sink = not args.no_sink and importlib.util.find_spec("commwatch.sinks.clickhouse.cli_sink") is not None
         if sink:
-            children.start("sink", ["sink"], child_env(settings))
+            children.start("sink", ["sink"], child_env(settings, metrics_port=0))
 
         watch = consumer(settings, bootstrap, group=f"commwatch-demo-{job}")
         watch.subscribe([settings.topics.alerts, settings.topics.progress, settings.topics.topology])

@@ -62,6 +62,13 @@ class SinkBatch:
         self.n_rows += 1
         return 1
 
+    def table_rows(self) -> dict[str, int]:
+        """Rows buffered, by table."""
+        out = {table: len(rows) for table, rows in self.rows.items() if rows}
+        if self.calls:
+            out["calls"] = sum(len(cols["seq"]) for _job, cols in self.calls)
+        return out
+
     def token(self, table: str) -> str:
         spans = ",".join(f"{t}:{p}:{a}-{b}" for (t, p), (a, b) in sorted(self.spans.items()))
         return f"{table}-{hashlib.sha1(spans.encode()).hexdigest()}"

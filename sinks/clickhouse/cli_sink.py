@@ -2,6 +2,8 @@
 
 Runs the schema migrations first, then consumes cw.alerts.v1, cw.calls.v1, cw.steps.v1,
 cw.hw.v1, cw.topology.v1 and cw.internal.windows.v1 (see `commwatch.sinks.clickhouse.sink`).
+Metrics (`SinkMetrics`) are served on `COMMWATCH_METRICS_HOST:COMMWATCH_METRICS_PORT`
+(`--set metrics_port=0` picks a free port, `--no-metrics` serves none).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import logging
 import signal
 
 from commwatch.embedded import clickhouse_client
+from commwatch.metrics import SinkMetrics, serve
 from commwatch.settings import Settings
 from commwatch.sinks.clickhouse.schema import migrate
 from commwatch.sinks.clickhouse.sink import Sink
@@ -21,12 +24,18 @@ log = logging.getLogger(__name__)
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--group", default="commwatch-sink", help="Kafka consumer group (default: %(default)s)")
+    p.add_argument("--no-metrics", action="store_true", help="do not serve Prometheus metrics")
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    metrics = SinkMetrics()
+    if not args.no_metrics:  # before the migrations, so a probe sees the process alive while they wait
+        _server, port = serve(metrics.registry, settings.metrics_host, settings.metrics_port)
+        print(f"commwatch sink: metrics on http://{settings.metrics_host}:{port}/metrics", flush=True)
     client = clickhouse_client(settings)
     migrate(client, settings)
-    sink = Sink(settings, ClickHouseWriter(client, settings.clickhouse_database), group=args.group)
+    sink = Sink(settings, ClickHouseWriter(client, settings.clickhouse_database), group=args.group,
+                metrics=metrics)
     signal.signal(signal.SIGTERM, lambda *_: sink.stop())
     signal.signal(signal.SIGINT, lambda *_: sink.stop())
     log.info("sink writing to %s database %s", settings.clickhouse_url.split("@")[-1], settings.clickhouse_database)

@@ -32,6 +32,7 @@ from confluent_kafka import KafkaError, TopicPartition
 
 from commwatch import kafka, topics
 from commwatch.capture import Message
+from commwatch.metrics import SinkMetrics
 from commwatch.settings import Settings, SettingsError
 from commwatch.sinks.clickhouse.batch import SINK_TOPICS, SinkBatch
 from commwatch.sinks.clickhouse.writer import InsertTarget
@@ -54,10 +55,11 @@ class SinkStats:
 
 
 class Sink:
-    """Consume the sink topics and write them through `target` (a `ClickHouseWriter`)."""
+    """Consume the sink topics and write them through `target` (a `ClickHouseWriter`);
+    `stats` and `metrics` count what happened."""
 
     def __init__(self, settings: Settings, target: InsertTarget, group: str = "commwatch-sink",
-                 bootstrap: str | None = None):
+                 bootstrap: str | None = None, metrics: SinkMetrics | None = None):
         bootstrap = bootstrap or settings.kafka_bootstrap
         if not bootstrap:
             raise SettingsError("COMMWATCH_KAFKA_BOOTSTRAP: `commwatch sink` needs a broker "
@@ -67,6 +69,7 @@ class Sink:
         self.bootstrap = bootstrap
         self.group = group
         self.stats = SinkStats()
+        self.metrics = metrics if metrics is not None else SinkMetrics()
         self.offsets_ns: dict[str, dict[int, int]] = defaultdict(dict)
         self.batch = self._new_batch()
         self.sealed: list[SinkBatch] = []
@@ -107,6 +110,7 @@ class Sink:
                             break
                 if self._due():
                     self._flush()
+                self.metrics.buffered.set(self.held_rows)
             if not abandon:
                 self._flush(final=True)
         finally:
@@ -114,6 +118,7 @@ class Sink:
                 log.warning("leaving %d unwritten rows uncommitted; Kafka redelivers them", self.held_rows)
             self.batch = self._new_batch()
             self.sealed = []
+            self.metrics.buffered.set(0)
             self.deadletter.flush(5.0)
             self.consumer.close()
         return self.stats
@@ -126,6 +131,8 @@ class Sink:
                 log.warning("consumer error: %s", err)
             return
         self.stats.messages += 1
+        base = self.settings.topics.base(m.topic())
+        self.metrics.messages.labels(topic=base).inc()
         if not self.batch.spans:
             self._batch_started = time.monotonic()
         self.batch.note(m.topic(), m.partition(), m.offset())
@@ -136,7 +143,7 @@ class Sink:
             self._dead(m, WireError("bad_key", "key is not UTF-8"))
             return
         _kind, ts_ms = m.timestamp()
-        msg = Message(self.settings.topics.base(m.topic()), key, max(ts_ms, 0) * 1_000_000, m.value() or b"")
+        msg = Message(base, key, max(ts_ms, 0) * 1_000_000, m.value() or b"")
         try:
             self.batch.add(msg)
         except WireError as exc:
@@ -144,6 +151,7 @@ class Sink:
 
     def _dead(self, m, exc: WireError) -> None:
         self.stats.deadlettered += 1
+        self.metrics.deadletter.labels(reason=exc.reason).inc()
         log.debug("dead-lettering %s[%d]@%d: %s", m.topic(), m.partition(), m.offset(), exc)
         self.deadletter.send(self.settings.topics.deadletter, m.key(), m.value() or b"",
                              headers=[(topics.ERROR_HEADER, str(exc).encode("utf-8"))])
@@ -165,6 +173,7 @@ class Sink:
         while self.sealed:
             batch = self.sealed[0]
             positions = batch.commit_positions()
+            table_rows = batch.table_rows()
             try:
                 rows = batch.flush(self.target)
             except Exception as exc:  # ClickHouse down, network, server error: retry later
@@ -175,15 +184,20 @@ class Sink:
             self.sealed.pop(0)
             self.stats.rows += rows
             self.stats.flushes += 1
+            self.metrics.flushes.inc()
+            for table, n in table_rows.items():
+                self.metrics.rows.labels(table=table).inc(n)
         self._backoff = BACKOFF_MIN_S
         self._retry_at = 0.0
         if self._paused:
             self.consumer.resume(self.consumer.assignment())
             self._paused = False
+            self.metrics.paused.set(0)
         return True
 
     def _failed(self, exc: Exception, final: bool) -> None:
         self.stats.failed_flushes += 1
+        self.metrics.insert_errors.inc()
         self._retry_at = time.monotonic() + self._backoff
         log.warning("insert of %d rows failed (%s); retrying in %.1f s", self.held_rows, exc, self._backoff)
         self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
@@ -191,6 +205,7 @@ class Sink:
             self.consumer.pause(self.consumer.assignment())
             self._paused = True
             self.stats.paused += 1
+            self.metrics.paused.set(1)
             log.warning("holding %d rows, the bound: consumption paused", self.held_rows)
 
     def _on_revoke(self, consumer, partitions) -> None:
@@ -200,3 +215,4 @@ class Sink:
             self.batch = self._new_batch()
             self.sealed = []
         self._paused = False
+        self.metrics.paused.set(0)

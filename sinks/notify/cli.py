@@ -3,6 +3,8 @@
 Destinations come from settings (COMMWATCH_NOTIFY_WEBHOOK_URL, _SLACK_URL, _FEISHU_URL,
 _ALERTMANAGER_URL); routing from NOTIFY_MIN_SEVERITY, NOTIFY_KINDS, NOTIFY_GROUP_S and
 NOTIFY_REPEAT_P0_S. Offsets are committed once events are handed to the couriers.
+Metrics (`NotifyMetrics`) are served on `COMMWATCH_METRICS_HOST:COMMWATCH_METRICS_PORT`
+(`--set metrics_port=0` picks a free port, `--no-metrics` serves none).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from confluent_kafka import KafkaError
 from commwatch import kafka, topics
 from commwatch.capture import Message
 from commwatch.decode import decode_message
+from commwatch.metrics import NotifyMetrics
+from commwatch.metrics import serve as serve_metrics
 from commwatch.settings import Settings, SettingsError
 from commwatch.sinks.notify.delivery import Dispatcher
 from commwatch.sinks.notify.destinations import from_settings
@@ -30,18 +34,21 @@ log = logging.getLogger(__name__)
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--group", default="commwatch-notify", help="Kafka consumer group (default: %(default)s)")
+    p.add_argument("--no-metrics", action="store_true", help="do not serve Prometheus metrics")
 
 
 def serve(settings: Settings, stop: threading.Event, group: str = "commwatch-notify",
-          dispatcher: Dispatcher | None = None) -> Router:
-    """Run until `stop` is set; returns the router (its counters) at exit."""
+          dispatcher: Dispatcher | None = None, metrics: NotifyMetrics | None = None) -> Router:
+    """Run until `stop` is set; returns the router (its counters) at exit. Everything is
+    counted in `dispatcher.metrics` (built on `metrics` when no dispatcher is given)."""
     if not settings.kafka_bootstrap:
         raise SettingsError("COMMWATCH_KAFKA_BOOTSTRAP: `commwatch notify` needs a broker")
     destinations = from_settings(settings)
     if dispatcher is None and not destinations:
         raise SettingsError("COMMWATCH_NOTIFY_WEBHOOK_URL: no destination configured "
                             "(set a webhook, Slack, Feishu or Alertmanager URL)")
-    dispatcher = dispatcher or Dispatcher(destinations)
+    dispatcher = dispatcher or Dispatcher(destinations, metrics=metrics)
+    metrics = dispatcher.metrics
     router = Router.from_settings(settings)
     consumer = kafka.consumer(settings, settings.kafka_bootstrap, group)
     consumer.subscribe([settings.topics.alerts])
@@ -60,8 +67,10 @@ def serve(settings: Settings, stop: threading.Event, group: str = "commwatch-not
                 except WireError as exc:
                     log.warning("skipping malformed incident at %s[%d]@%d: %s",
                                 m.topic(), m.partition(), m.offset(), exc)
+                    metrics.malformed.labels(reason=exc.reason).inc()
                     continue
-                router.offer(inc, now)
+                if not router.offer(inc, now):
+                    metrics.suppressed.inc()
             for n in router.due(now):
                 dispatcher.send(n)
             if got:
@@ -81,5 +90,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     names = ", ".join(d.name for d in from_settings(settings)) or "none"
     print(f"commwatch notify: delivering {settings.topics.alerts} to {names}", file=sys.stderr)
-    serve(settings, stop, args.group)
+    metrics = NotifyMetrics()
+    if not args.no_metrics:
+        _server, port = serve_metrics(metrics.registry, settings.metrics_host, settings.metrics_port)
+        print(f"commwatch notify: metrics on http://{settings.metrics_host}:{port}/metrics", file=sys.stderr)
+    serve(settings, stop, args.group, metrics=metrics)
     return 0

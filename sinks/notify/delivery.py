@@ -1,6 +1,7 @@
 """Delivery: one worker thread and one bounded queue per destination, so a destination
 that fails or hangs never delays the others. Each POST is retried with exponential
-backoff; a notification that still fails is counted and logged, and delivery goes on."""
+backoff; a notification that still fails is counted and logged, and delivery goes on.
+Each courier counts in its `DeliveryStats` and in the shared `NotifyMetrics`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
+from commwatch.metrics import NotifyMetrics
 from commwatch.sinks.notify.destinations import Destination
 from commwatch.sinks.notify.routing import Notification
 
@@ -39,12 +41,16 @@ def post_json(url: str, body: object, timeout_s: float) -> int:
 class Courier:
     """Delivers notifications to one destination from its own thread."""
 
-    def __init__(self, dest: Destination, attempts: int = 4, backoff_s: float = 0.5, timeout_s: float = 5.0):
+    def __init__(self, dest: Destination, attempts: int = 4, backoff_s: float = 0.5, timeout_s: float = 5.0,
+                 metrics: NotifyMetrics | None = None):
         self.dest = dest
         self.attempts = attempts
         self.backoff_s = backoff_s
         self.timeout_s = timeout_s
         self.stats = DeliveryStats()
+        m = metrics if metrics is not None else NotifyMetrics()
+        self._sent, self._failed, self._retries, self._dropped = (
+            c.labels(destination=dest.name) for c in (m.sent, m.failed, m.retries, m.dropped))
         self.queue: queue.Queue[Notification | None] = queue.Queue(QUEUE_MAX)
         self.thread = threading.Thread(target=self._loop, name=f"notify-{dest.name}", daemon=True)
         self.thread.start()
@@ -54,6 +60,7 @@ class Courier:
             self.queue.put_nowait(n)
         except queue.Full:
             self.stats.dropped += 1
+            self._dropped.inc()
             log.warning("%s: queue full, notification for job %s dropped", self.dest.name, n.job)
 
     def close(self, timeout_s: float = 10.0) -> None:
@@ -74,22 +81,27 @@ class Courier:
             try:
                 post_json(self.dest.url, body, self.timeout_s)
                 self.stats.sent += 1
+                self._sent.inc()
                 return
             except (urllib.error.URLError, OSError, ValueError) as exc:
                 if attempt == self.attempts:
                     self.stats.failed += 1
+                    self._failed.inc()
                     log.warning("%s: giving up on job %s after %d attempts: %s", self.dest.name, n.job, attempt, exc)
                     return
                 self.stats.retries += 1
+                self._retries.inc()
                 time.sleep(delay)
                 delay *= 2
 
 
 class Dispatcher:
-    """Fans each notification out to every destination's courier."""
+    """Fans each notification out to every destination's courier; all count in `metrics`."""
 
-    def __init__(self, destinations: list[Destination], **courier_kw: float):
-        self.couriers = [Courier(d, **courier_kw) for d in destinations]
+    def __init__(self, destinations: list[Destination], metrics: NotifyMetrics | None = None,
+                 **courier_kw: float):
+        self.metrics = metrics if metrics is not None else NotifyMetrics()
+        self.couriers = [Courier(d, metrics=self.metrics, **courier_kw) for d in destinations]
 
     def send(self, n: Notification) -> None:
         for c in self.couriers:

@@ -113,3 +113,8 @@ def test_incidents_reach_every_destination_despite_a_dead_one(kafka_settings, se
     dead_courier = dispatcher.couriers[-1]
     assert dead_courier.stats.failed >= 1 and dead_courier.stats.sent == 0
     assert dispatcher.couriers[1].stats.retries == 2 and dispatcher.couriers[1].stats.sent >= 1
+    get = dispatcher.metrics.registry.get_sample_value
+    assert get("commwatch_notify_retries_total", {"destination": "slack"}) == 2
+    assert get("commwatch_notify_failed_total", {"destination": "webhook"}) == dead_courier.stats.failed
+    assert get("commwatch_notify_suppressed_total") == 1  # the P3
+    assert get("commwatch_notify_malformed_total", {"reason": "bad_json"}) == 1

@@ -131,6 +131,13 @@ def test_outage_retries_with_bounded_memory_and_deadletters_malformed(kafka_sett
     assert raw == 2400  # retried inserts carried their dedup tokens: no double rows even before merges
     assert sink.stats.failed_flushes == 4 and sink.stats.paused >= 1
     assert sink.stats.deadlettered == 2
+    get = sink.metrics.registry.get_sample_value
+    assert get("commwatch_sink_rows_total", {"table": "calls"}) == sink.stats.rows == 2400
+    assert get("commwatch_sink_insert_errors_total") == 4 and get("commwatch_sink_flushes_total") == sink.stats.flushes
+    assert get("commwatch_sink_messages_total", {"topic": topics.CALLS}) == 13  # 12 batches, 1 malformed
+    dead = [s for f in sink.metrics.registry.collect() for s in f.samples if s.name == "commwatch_sink_deadletter_total"]
+    assert sum(s.value for s in dead) == 2 and all(s.labels["reason"] for s in dead)
+    assert get("commwatch_sink_paused") == 0 and get("commwatch_sink_buffered_rows") == 0
     c = kafka.consumer(s, s.kafka_bootstrap, "dl-check")
     c.subscribe([s.topics.deadletter])
     got = []

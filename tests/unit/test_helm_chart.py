@@ -181,10 +181,12 @@ def test_labels_and_selectors_match(values_file):
         assert all(matches(np["spec"]["podSelector"]["matchLabels"], l) for l, _ in pods.values())
 
 
-def test_worker_probes_use_the_metrics_port():
+@pytest.mark.parametrize("component", ["worker", "sink", "notify"])
+def test_probes_use_the_metrics_port(component):
     docs = rendered(None)
-    container = pod_spec(one(docs, "Deployment", "-worker"))["containers"][0]
-    assert container["args"] == ["worker"]
+    container = pod_spec(one(docs, "Deployment", "-" + component))["containers"][0]
+    assert container["args"] == [component]
+    assert one(docs, "Service", "-" + component)["spec"]["ports"][0]["targetPort"] == "metrics"
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"metrics": 9464}
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/metrics", "port": "metrics"}
