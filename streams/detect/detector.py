@@ -1,0 +1,133 @@
+"""Both stages in one process: the detector core as `commwatch replay`, tests and benches run it.
+
+>>> from commwatch.settings import Settings
+>>> det = Detector(Settings.load(env={}))
+>>> det.tick(10**18)
+[]
+>>> det.health("j1")["ranks"]
+0
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+
+import numpy as np
+
+from commwatch import topics
+from commwatch.capture import Message
+from commwatch.decode import CallBatch, decode_message
+from commwatch.settings import Settings
+from commwatch.streams.detect.comm_stage import CommStage
+from commwatch.streams.detect.job_stage import JobStage
+
+WINDOW_BACKLOG = 4096  # window reports kept for `window_stats()` between drains
+
+ROW_FIELDS = ("lag_ms", "last_share", "impact", "own")
+
+
+class Detector:
+    """`feed(msg)` decodes (raising `WireError`), runs stage 1 then stage 2; `tick(now_ns)`."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.comm_stage = CommStage(settings)
+        self.job_stage = JobStage(settings)
+        self.stats: Counter = Counter()
+        self.now_ns = 0
+        self._windows: deque = deque(maxlen=WINDOW_BACKLOG)
+
+    def feed(self, msg: Message) -> list[dict]:
+        if msg.topic == topics.ALERTS:
+            self.stats["ignored_alerts"] += 1
+            return []
+        return self.feed_decoded(msg, decode_message(msg, self.settings.max_message_bytes))
+
+    def feed_decoded(self, msg: Message, decoded) -> list[dict]:
+        """As `feed`, for a message decoded already (`decode_message`'s result)."""
+        self.now_ns = max(self.now_ns, msg.ts_ns)
+        self.stats["messages"] += 1
+        if msg.topic in (topics.CALLS, topics.PROGRESS):
+            if isinstance(decoded, CallBatch):
+                self.stats["records"] += len(decoded.records)
+            return self._reports(self.comm_stage.feed(msg, decoded, self.now_ns))
+        return self.job_stage.feed(msg, decoded, self.now_ns)
+
+    def _reports(self, reports: list[dict]) -> list[dict]:
+        out: list[dict] = []
+        for rep in reports:
+            if rep["type"] == "window":
+                self._windows.append(rep)
+            out.extend(self.job_stage.feed_report(rep, self.now_ns))
+        return out
+
+    def tick(self, now_ns: int) -> list[dict]:
+        self.now_ns = max(self.now_ns, now_ns)
+        out = self._reports(self.comm_stage.tick(self.now_ns))
+        out.extend(self.job_stage.tick(self.now_ns))
+        return out
+
+    # ------------------------------------------------------------------------------
+    def health(self, job: str) -> dict:
+        """Ranks, progress per comm and open incidents of a job (terminal demo, dashboards)."""
+        comms = {}
+        ranks: set[int] = set()
+        for (j, _), st in self.comm_stage.comms.items():
+            if j != job or st.n == 0:
+                continue
+            members = st.rank_of >= 0
+            ranks.update(st.members())
+            comms[st.hex] = {
+                "members": int(members.sum()), "nodes": st.nodes(),
+                "started": int(st.started.max()), "completed": int(st.completed[members].min()) if members.any() else -1,
+                "inside": int(((st.started > st.completed) & members).sum()),
+                "last_progress_ns": int(st.last_progress_ns),
+            }
+        js = self.job_stage.jobs.get(job)
+        incidents = [js.book.event(i, "open", self.now_ns) for i in js.book.open.values()] if js else []
+        return {"job": job, "ts_ns": self.now_ns, "ranks": len(ranks), "comms": comms, "incidents": incidents}
+
+    def window_stats(self) -> list[dict]:
+        """Drain per-rank window rows (for the ClickHouse sink): one dict per rank and window."""
+        rows = []
+        while self._windows:
+            rep = self._windows.popleft()
+            cols = [rep[f] for f in ROW_FIELDS]
+            for i, rank in enumerate(rep["ranks"]):
+                if rank < 0:
+                    continue
+                rows.append({
+                    "job": rep["job"], "comm": rep["comm"], "rank": rank, "window_end_ns": rep["ts_ns"],
+                    "instances": rep["instances"], "mean_lag_ms": cols[0][i], "last_share": cols[1][i],
+                    "impact": cols[2][i], "wait_share": cols[3][i],
+                })
+        return rows
+
+    def clock_offsets(self, job: str) -> dict[int, int]:
+        """Estimated clock offset of each rank in ns, on one scale for the whole job.
+
+        Each comm estimates offsets relative to its own members; comms are chained through
+        shared ranks (largest comm first), so the scale is that of the largest comm.
+        """
+        comms = sorted(((st.n, st.hex, st) for (j, _), st in self.comm_stage.comms.items()
+                        if j == job and st.offset_windows > 0), key=lambda x: (-x[0], x[1]))
+        glob: dict[int, float] = {}
+        pending = [st for _, _, st in comms]
+        while pending:
+            rest = []
+            for st in pending:
+                local = {int(st.rank_of[c]): float(st.offsets[c]) for c in np.flatnonzero(st.rank_of >= 0).tolist()}
+                shared = [r for r in local if r in glob]
+                if glob and not shared:
+                    rest.append(st)
+                    continue
+                shift = float(np.median([glob[r] - local[r] for r in shared])) if shared else 0.0
+                for r, off in local.items():
+                    glob.setdefault(r, off + shift)
+            if len(rest) == len(pending):  # disconnected from the rest: its own scale
+                first = rest[0]
+                for c in np.flatnonzero(first.rank_of >= 0).tolist():
+                    glob.setdefault(int(first.rank_of[c]), float(first.offsets[c]))
+                rest = rest[1:]
+            pending = rest
+        return {r: int(round(v)) for r, v in sorted(glob.items())}

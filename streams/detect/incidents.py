@@ -1,0 +1,85 @@
+"""Incident lifecycle (contract 2.6): open, update on change, resolve after a quiet period.
+
+Each detector *asserts* the conditions it sees at every evaluation, under a stable key.
+A key asserted for the first time opens an incident (stable id fixed at open); a change of
+culprits or severity emits `update`; a key not asserted for `resolve_after_s` resolves it.
+A key that reopens right after resolving is the same trouble flapping: it reopens with a
+new id only after twice the quiet period; before that the assertion is ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Incident:
+    id: str
+    kind: str
+    severity: str
+    opened_ns: int
+    culprit_ranks: list[int]
+    culprit_nodes: list[str]
+    comm: str
+    summary: str
+    evidence: dict = field(default_factory=dict)
+    last_seen_ns: int = 0
+
+
+class IncidentBook:
+    def __init__(self, job: str, resolve_after_s: float):
+        self.job = job
+        self.resolve_ns = int(resolve_after_s * 1e9)
+        self.open: dict[tuple, Incident] = {}
+        self._resolved_at: dict[tuple, int] = {}
+
+    def event(self, inc: Incident, status: str, now_ns: int) -> dict:
+        return {
+            "v": 1, "job": self.job, "incident": inc.id, "kind": inc.kind, "severity": inc.severity,
+            "status": status, "ts_ns": int(now_ns), "opened_ns": int(inc.opened_ns),
+            "culprit_ranks": sorted(int(r) for r in inc.culprit_ranks), "culprit_nodes": sorted(inc.culprit_nodes),
+            "comm": inc.comm, "summary": inc.summary, "evidence": inc.evidence,
+        }
+
+    def assert_(self, key: tuple, now_ns: int, *, kind: str, severity: str, culprit_ranks: list[int],
+                culprit_nodes: list[str], comm: str, summary: str, evidence: dict, id_hint: str) -> list[dict]:
+        inc = self.open.get(key)
+        if inc is None:
+            gone = self._resolved_at.get(key)
+            if gone is not None and now_ns - gone < 2 * self.resolve_ns:
+                return []
+            inc = Incident(f"{self.job}-{kind}-{id_hint}", kind, severity, now_ns, list(culprit_ranks),
+                           list(culprit_nodes), comm, summary, evidence, now_ns)
+            self.open[key] = inc
+            return [self.event(inc, "open", now_ns)]
+        inc.last_seen_ns = now_ns
+        inc.summary, inc.evidence = summary, evidence
+        if sorted(culprit_ranks) != sorted(inc.culprit_ranks) or sorted(culprit_nodes) != sorted(
+            inc.culprit_nodes
+        ) or severity != inc.severity:
+            inc.culprit_ranks, inc.culprit_nodes, inc.severity = list(culprit_ranks), list(culprit_nodes), severity
+            return [self.event(inc, "update", now_ns)]
+        return []
+
+    def expire(self, now_ns: int, kinds: tuple[str, ...] | None = None) -> list[dict]:
+        """Resolve incidents (of `kinds`) not asserted for the quiet period."""
+        out = []
+        for key, inc in list(self.open.items()):
+            if kinds is not None and inc.kind not in kinds:
+                continue
+            if now_ns - inc.last_seen_ns >= self.resolve_ns:
+                del self.open[key]
+                self._resolved_at[key] = now_ns
+                out.append(self.event(inc, "resolved", now_ns))
+        return out
+
+    def resolve(self, key: tuple, now_ns: int) -> list[dict]:
+        """Resolve at once (the cause is visibly gone, e.g. a lost node is back)."""
+        inc = self.open.pop(key, None)
+        if inc is None:
+            return []
+        self._resolved_at[key] = now_ns
+        return [self.event(inc, "resolved", now_ns)]
+
+    def of_kind(self, kind: str) -> list[Incident]:
+        return [i for i in self.open.values() if i.kind == kind]

@@ -1,0 +1,206 @@
+"""Slow ranks and slow links from stage-1 window reports (stage 2, one job).
+
+Per (comm, rank) the tracker keeps the latest window's *excess* over the rank's own
+normal: `impact` (share of wall time its peers waited on it alone) and `own` (share of
+wall time it waited on others, collectives and P2P). The normal is learned online, only
+from windows that do not look anomalous, so a fault does not teach itself as normal; a
+river `GaussianScorer` per (comm, rank) scores the window's mean lag against the rank's
+history (evidence: how unusual the lag is for that rank).
+
+A culprit is late in every comm it belongs to and waits on nobody: its impact stays
+>= `slow_impact` for `slow_windows` consecutive windows of a comm and `SLOW_MIN_NS` (a GC blip lasts one or
+two windows), and its own waiting
+excess stays under half its impact. Its victims (its TP peers, the other stages of its
+pipeline) wait on it in some comm, so their `own` is high and they are not culprits.
+
+A slow link: a multi-node comm's transfer time (last arrival to completion) rises well
+above its normal for consecutive windows while none of its ranks arrives late.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+LEARN = 0.1  # weight of a new normal window in the learned baselines
+GRACE = 3  # windows of a comm before its baselines are trusted
+OWN_DECAY = 0.5  # waiting on others is remembered for a few windows (victims recover last)
+SLOW_MIN_NS = 3e9  # lateness must last this long (event time) before it is a slow rank
+LINK_FACTOR = 1.5
+LINK_MIN_MS = 1.0
+
+
+@dataclass
+class CommSlow:
+    ranks: np.ndarray
+    base_impact: np.ndarray
+    base_own: np.ndarray
+    impact_ex: np.ndarray
+    own_ex: np.ndarray
+    streak: np.ndarray
+    hot_since: np.ndarray
+    lag_ms: np.ndarray
+    last_share: np.ndarray
+    windows: int = 0
+    instances: int = 0
+    ts_ns: int = 0
+    span_ns: int = 0
+    nodes: list = field(default_factory=list)
+    base_xfer: float = -1.0
+    xfer_ms: float = 0.0
+    link_streak: int = 0
+    scorers: dict = field(default_factory=dict)
+    lag_score: dict = field(default_factory=dict)
+
+
+def _new(ranks: list[int]) -> CommSlow:
+    n = len(ranks)
+    z = np.zeros(n)
+    return CommSlow(np.asarray(ranks), z.copy(), z.copy(), z.copy(), z.copy(), np.zeros(n, int), z.copy(), z.copy(),
+                    z.copy())
+
+
+class SlowTracker:
+    def __init__(self, slow_impact: float, slow_windows: int):
+        self.slow_impact = slow_impact
+        self.slow_windows = slow_windows
+        self.comms: dict[str, CommSlow] = {}
+        self.p2p: dict[str, CommSlow] = {}
+
+    def _comm(self, table: dict, rep: dict) -> CommSlow:
+        cs = table.get(rep["comm"])
+        if cs is None or len(cs.ranks) != len(rep["ranks"]):
+            cs = table[rep["comm"]] = _new(rep["ranks"])
+        cs.ranks = np.asarray(rep["ranks"])
+        return cs
+
+    def window(self, rep: dict) -> None:
+        cs = self._comm(self.comms, rep)
+        impact = np.asarray(rep["impact"], float)
+        own = np.asarray(rep["own"], float)
+        if cs.windows == 0:
+            cs.base_impact[:] = np.minimum(impact, self.slow_impact / 2)
+            cs.base_own[:] = np.minimum(own, np.median(own))
+        cs.impact_ex = impact - cs.base_impact
+        cs.own_ex = np.maximum(own - cs.base_own, OWN_DECAY * cs.own_ex)
+        hot = cs.impact_ex >= self.slow_impact
+        cs.hot_since = np.where(hot & (cs.streak == 0), float(rep["ts_ns"] - rep["span_ns"]), cs.hot_since)
+        cs.streak = np.where(hot, cs.streak + 1, 0)
+        normal_i = cs.impact_ex < self.slow_impact / 2
+        cs.base_impact[normal_i] += LEARN * (impact[normal_i] - cs.base_impact[normal_i])
+        normal_o = own - cs.base_own < self.slow_impact / 2
+        cs.base_own[normal_o] += LEARN * (own[normal_o] - cs.base_own[normal_o])
+        cs.lag_ms = np.asarray(rep["lag_ms"], float)
+        cs.last_share = np.asarray(rep["last_share"], float)
+        cs.windows += 1
+        cs.instances = rep["instances"]
+        cs.ts_ns, cs.span_ns, cs.nodes = rep["ts_ns"], rep["span_ns"], rep.get("nodes", [])
+        self._score_lag(cs, hot)
+        xfer = float(rep.get("xfer_ms", 0.0))
+        cs.xfer_ms = xfer
+        if cs.base_xfer < 0:
+            cs.base_xfer = xfer
+        elif xfer >= LINK_FACTOR * cs.base_xfer + LINK_MIN_MS and cs.windows > GRACE:
+            cs.link_streak += 1
+        else:
+            cs.link_streak = 0
+            cs.base_xfer += LEARN * (xfer - cs.base_xfer)
+
+    def _score_lag(self, cs: CommSlow, hot: np.ndarray) -> None:
+        """River scores the lag of ranks that look late; every rank's scorer learns its normal."""
+        cs.lag_score = {}
+        for i in np.flatnonzero(hot | (cs.last_share > 0.5)).tolist():
+            r = int(cs.ranks[i])
+            sc = cs.scorers.get(r)
+            if sc is not None:
+                cs.lag_score[r] = round(float(sc.score_one(None, float(cs.lag_ms[i]))), 3)
+        if cs.windows % 4 == 1 or hot.any():
+            for i in np.flatnonzero(~hot).tolist():
+                r = int(cs.ranks[i])
+                sc = cs.scorers.get(r)
+                if sc is None:
+                    from river import anomaly  # imported on first use: it pulls in scipy
+
+                    sc = cs.scorers[r] = anomaly.GaussianScorer(window_size=64, grace_period=GRACE)
+                sc.learn_one(None, float(cs.lag_ms[i]))
+
+    def p2p_window(self, rep: dict) -> None:
+        cs = self._comm(self.p2p, rep)
+        own = np.asarray(rep["own"], float)
+        if cs.windows == 0:
+            cs.base_own[:] = own
+        # in a pipeline everyone waits on the bottleneck stage, which waits least: compare with the least
+        ex = own - cs.base_own
+        cs.own_ex = np.maximum(ex - ex.min(), OWN_DECAY * cs.own_ex)
+        normal = ex < self.slow_impact / 2
+        cs.base_own[normal] += LEARN * (own[normal] - cs.base_own[normal])
+        cs.windows += 1
+        cs.ts_ns = rep["ts_ns"]
+
+    # ------------------------------------------------------------------------------
+    def culprits(self, now_ns: int, fresh_ns: int, keep: set[int] = frozenset()) -> dict[int, dict]:
+        """Ranks judged slow now, with their impact and evidence.
+
+        Ranks in `keep` (already open) stay slow while their impact is at least half the
+        opening level (hysteresis, no flapping).
+        """
+        impact: dict[int, float] = {}
+        streak: dict[int, int] = {}
+        where: dict[int, list] = {}
+        own: dict[int, float] = {}
+        for comm, cs in self.comms.items():
+            if now_ns - cs.ts_ns > fresh_ns:
+                continue
+            sel = cs.streak > 0
+            if keep:
+                sel = sel | np.isin(cs.ranks, list(keep))
+            for i in np.flatnonzero(sel).tolist():
+                r = int(cs.ranks[i])
+                if cs.impact_ex[i] > impact.get(r, 0.0):
+                    impact[r] = float(cs.impact_ex[i])
+                s = int(cs.streak[i])
+                if cs.ts_ns - cs.hot_since[i] < SLOW_MIN_NS:
+                    s = 0  # too short yet: a GC pause may straddle two windows
+                streak[r] = max(streak.get(r, 0), s)
+                where.setdefault(r, []).append(
+                    {"comm": comm, "impact": round(float(cs.impact_ex[i]), 4), "lag_ms": float(cs.lag_ms[i]),
+                     "last_share": float(cs.last_share[i]), "lag_score": cs.lag_score.get(r)})
+        if not impact:
+            return {}
+        suspects = {r for r, s in streak.items() if s >= self.slow_windows and impact[r] >= self.slow_impact}
+        suspects |= {r for r in keep if impact.get(r, 0.0) >= self.slow_impact / 2}
+        if not suspects:
+            return {}
+        for cs in list(self.comms.values()) + list(self.p2p.values()):
+            if now_ns - cs.ts_ns > fresh_ns:
+                continue
+            for i in np.flatnonzero(np.isin(cs.ranks, list(suspects))).tolist():
+                r = int(cs.ranks[i])
+                own[r] = max(own.get(r, 0.0), float(cs.own_ex[i]))
+        out = {}
+        for r in sorted(suspects):
+            if own.get(r, 0.0) >= 0.5 * impact[r] and r not in keep:
+                continue  # it waits on someone else: a victim
+            out[r] = {"impact": round(impact[r], 4), "own_wait": round(own.get(r, 0.0), 4), "comms": where[r]}
+        # suspects of one pipeline: the bottleneck stage is the one that waits least in P2P
+        for cs in self.p2p.values():
+            both = [i for i in np.flatnonzero(np.isin(cs.ranks, list(out))).tolist() if int(cs.ranks[i]) not in keep]
+            if len(both) > 1 and now_ns - cs.ts_ns <= fresh_ns:
+                best = min(both, key=lambda i: (cs.own_ex[i], int(cs.ranks[i])))
+                for i in both:
+                    if i != best:
+                        out.pop(int(cs.ranks[i]), None)
+        return out
+
+    def slow_links(self, now_ns: int, fresh_ns: int, slow_ranks: set[int]) -> list[dict]:
+        """Multi-node comms whose transfer time rose while none of their ranks is late."""
+        hot = []
+        for comm, cs in self.comms.items():
+            if now_ns - cs.ts_ns > fresh_ns or len(cs.nodes) < 2 or cs.link_streak < self.slow_windows:
+                continue
+            if slow_ranks.intersection(cs.ranks.tolist()) or (cs.impact_ex >= self.slow_impact).any():
+                continue
+            hot.append({"comm": comm, "nodes": list(cs.nodes), "xfer_ms": cs.xfer_ms,
+                        "normal_xfer_ms": round(cs.base_xfer, 3)})
+        return hot

@@ -1,0 +1,99 @@
+"""Window features of one communicator: per-rank arrival lag, clock-corrected (stage 1).
+
+Collectives complete at nearly the same instant on every member, so each rank's clock
+offset is the median, over the window, of its completion time minus the instance's
+median completion time; it is blended into a running estimate (robust to single bad
+instances, following slow drift). Entry times corrected by the offsets give each rank's
+arrival lag against its peers, free of clock skew.
+
+Per rank and window: `lag_ms` (mean lag against the instance median), `last_share`
+(share of instances it arrived last), `impact` (time all peers waited on it alone, i.e.
+last arrival minus second-last, summed, over the window's span: the share of wall time it
+cost) and `own` (time it waited on others, over the span: high for victims).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from commwatch.streams.detect.comm_state import CommState
+
+OFFSET_BLEND = 0.3
+
+
+def _r(a: np.ndarray, nd: int = 4) -> list[float]:
+    return np.round(a, nd).tolist()
+
+
+def window_report(state: CommState, a: int, b: int, now_ns: int) -> dict | None:
+    """The report of instances [a, b) of `state`; None when there is nothing to compare."""
+    n = state.n
+    rows = np.arange(a, b) % state.slots
+    ready = (state.st[rows] > 0).all(axis=1) & (state.en[rows] > 0).all(axis=1)
+    rows = rows[ready]
+    k = len(rows)
+    if n < 2 or k == 0:
+        return None
+    start = state.st[rows].astype(np.float64)
+    end = state.en[rows].astype(np.float64)
+    dev = end - np.median(end, axis=1, keepdims=True)
+    w_off = np.median(dev, axis=0)
+    if state.offset_windows == 0:
+        state.offsets[:] = w_off
+    else:
+        state.offsets += OFFSET_BLEND * (w_off - state.offsets)
+    state.offset_windows += 1
+    cs = start - state.offsets
+    ce = end - state.offsets
+    lag = cs - np.median(cs, axis=1, keepdims=True)
+    part = np.partition(cs, n - 2, axis=1)
+    smax, second = part[:, -1], part[:, -2]
+    last = np.argmax(cs, axis=1)
+    lastwait = smax - second
+    wait = smax[:, None] - cs
+    anchor_end = float(cs[-1].min())
+    anchor_start = state.prev_win_anchor if state.prev_win_anchor > 0 else float(cs[0].min())
+    span = anchor_end - anchor_start
+    if span <= 0:
+        span = float(ce.max() - cs.min())
+    span = max(span, 1.0)
+    state.prev_win_anchor = anchor_end
+    xfer = np.median(ce, axis=1) - smax
+    return {
+        "type": "window",
+        "job": state.job,
+        "ts_ns": int(now_ns),
+        "comm": state.hex,
+        "seq": [int(a), int(b)],
+        "instances": int(k),
+        "span_ns": int(span),
+        "ranks": state.rank_of.tolist(),
+        "lag_ms": _r(lag.mean(axis=0) / 1e6, 3),
+        "last_share": _r(np.bincount(last, minlength=n) / k, 3),
+        "impact": _r(np.bincount(last, weights=lastwait, minlength=n) / span),
+        "own": _r(wait.sum(axis=0) / span),
+        "xfer_ms": round(float(np.median(xfer)) / 1e6, 3),
+        "bytes": float(np.median(state.bytes[rows])),
+        "nodes": state.nodes(),
+    }
+
+
+def p2p_report(state: CommState, now_ns: int) -> dict | None:
+    """Share of the elapsed time each rank spent inside P2P calls since the last report."""
+    span = now_ns - state.p2p_win_start
+    if state.p2p_win_start == 0 or span <= 0:
+        state.p2p_win_start = now_ns
+        state.p2p_dur[:] = 0.0
+        return None
+    own = state.p2p_dur / span
+    state.p2p_dur[:] = 0.0
+    state.p2p_win_start = now_ns
+    return {
+        "type": "p2p_window",
+        "job": state.job,
+        "ts_ns": int(now_ns),
+        "comm": state.hex,
+        "span_ns": int(span),
+        "ranks": state.rank_of.tolist(),
+        "own": _r(own),
+    }

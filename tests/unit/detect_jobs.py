@@ -1,0 +1,110 @@
+"""Hand-made jobs for the detector tests: a few comms, explicit entry/exit times, heartbeats."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from commwatch import topics, wire
+from commwatch.capture import Message
+from commwatch.streams.detect import Detector
+
+S = 1_000_000_000
+MS = 1_000_000
+T0 = 1_767_225_600 * S
+
+
+class HandJob:
+    """`comms`: comm id -> global ranks in comm-rank order; `nodes`: rank -> node."""
+
+    def __init__(self, settings, comms: dict[int, list[int]], nodes: dict[int, str], job: str = "j1"):
+        self.job, self.comms, self.nodes = job, comms, nodes
+        self.det = Detector(settings)
+        self.incidents: list[dict] = []
+        self.sent: list[Message] = []
+        self.state = {(c, r): [-1, -1, 0, 0] for c, rs in comms.items() for r in rs}  # started, completed, t_s, t_e
+        self.now = T0
+        for comm, ranks in comms.items():
+            recs = wire.empty(len(ranks))
+            recs["kind"] = wire.KIND_COMM_INIT
+            recs["comm"] = comm
+            recs["rank"] = ranks
+            recs["comm_rank"] = np.arange(len(ranks))
+            recs["nranks"] = len(ranks)
+            recs["t_start_ns"] = T0
+            self.send(Message(topics.CALLS, topics.comm_key(job, comm), T0, wire.encode_batch(recs)))
+
+    def send(self, msg: Message) -> None:
+        self.sent.append(msg)
+        self.incidents += self.det.feed(msg)
+        self.incidents += self.det.tick(msg.ts_ns)
+
+    def collective(self, comm: int, seq: int, starts: dict[int, int], end: int | None, skew: dict | None = None,
+                   op: int = wire.OP_ALLREDUCE) -> None:
+        """Ranks of `starts` enter `seq` at the given times; all complete at `end` (None: never)."""
+        ranks = self.comms[comm]
+        skew = skew or {}
+        rows = [r for r in ranks if r in starts]
+        recs = wire.empty(len(rows))
+        recs["kind"] = wire.KIND_CALL
+        recs["op"] = op
+        recs["comm"] = comm
+        recs["seq"] = seq
+        recs["rank"] = rows
+        recs["comm_rank"] = [ranks.index(r) for r in rows]
+        recs["nranks"] = len(ranks)
+        recs["bytes"] = 1 << 20
+        recs["t_start_ns"] = [starts[r] + skew.get(self.nodes[r], 0) for r in rows]
+        if end is not None:
+            recs["flags"] = wire.FLAG_COMPLETED
+            recs["t_end_ns"] = [end + skew.get(self.nodes[r], 0) for r in rows]
+        for r in rows:
+            st = self.state[(comm, r)]
+            st[0], st[2] = seq, starts[r]
+            if end is not None:
+                st[1], st[3] = seq, end
+        ts = max(starts.values()) if end is None else end
+        self.now = max(self.now, ts + MS)
+        self.send(Message(topics.CALLS, topics.comm_key(self.job, comm), self.now, wire.encode_batch(recs)))
+
+    def heartbeats(self, until: int, period: int = S, silent_nodes: tuple = ()) -> None:
+        """Every node sends a heartbeat per comm each period until `until`."""
+        t = self.now + period
+        while t <= until:
+            self.beat(t, silent_nodes)
+            self.now = t
+            t += period
+
+    def beat(self, t: int, silent_nodes: tuple = ()) -> None:
+        """One heartbeat per node and comm at `t`."""
+        for comm, ranks in self.comms.items():
+            by_node: dict[str, list] = {}
+            for r in ranks:
+                if self.nodes[r] in silent_nodes:
+                    continue
+                s, c, ts_, te = self.state[(comm, r)]
+                by_node.setdefault(self.nodes[r], []).append(
+                    {"rank": r, "started": s, "completed": c, "t_last_start_ns": ts_, "t_last_end_ns": te})
+            for node, rs in sorted(by_node.items()):
+                hb = {"v": 1, "job": self.job, "node": node, "ts_ns": t, "comm": f"{comm:016x}", "ranks": rs}
+                self.send(Message(topics.PROGRESS, topics.comm_key(self.job, comm), t, json.dumps(hb).encode()))
+
+    def opened(self, kind: str | None = None) -> list[dict]:
+        return [i for i in self.incidents if i["status"] == "open" and (kind is None or i["kind"] == kind)]
+
+
+def steps(job: HandJob, n: int, step: int = S, late: dict[int, dict[int, int]] | None = None,
+          skew: dict | None = None, jitter: int = 0, seed: int = 0) -> None:
+    """`n` iterations: each comm runs one collective per iteration; `late[comm][rank]` delays a
+    rank's entry (and so everyone's completion); each comm starts 10 ms after the previous one."""
+    rng = np.random.default_rng(seed)
+    late = late or {}
+    for _ in range(n):
+        base = job.now + step
+        for i, (comm, ranks) in enumerate(job.comms.items()):
+            seq = job.state[(comm, ranks[0])][0] + 1
+            t = base + i * 10 * MS
+            starts = {r: t + late.get(comm, {}).get(r, 0) + int(rng.integers(0, jitter + 1)) for r in ranks}
+            job.collective(comm, seq, starts, max(starts.values()) + 2 * MS, skew)
+        job.beat(job.now)

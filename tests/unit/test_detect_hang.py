@@ -1,0 +1,109 @@
+"""Hang, comm_hang, node_lost, job_stalled and checkpoint pauses on hand-made jobs."""
+
+from commwatch.messages import validate_incident
+from detect_jobs import MS, S, HandJob, steps
+
+TP, DP = 0xA1, 0xB2
+NODES = {0: "n0", 1: "n0", 2: "n0", 3: "n0", 4: "n1", 5: "n1"}
+
+
+def _job(settings):
+    return HandJob(settings, {TP: [0, 1, 2, 3], DP: [3, 4]}, NODES)
+
+
+def test_hang_names_the_rank_that_never_entered_not_its_victims(settings):
+    j = _job(settings)
+    steps(j, 8)
+    t = j.now + S
+    # rank 1 never enters TP #8; rank 3 waits in TP, so rank 4 waits on 3 in DP (a victim)
+    j.collective(TP, 8, {0: t, 2: t, 3: t}, None)
+    j.collective(DP, 8, {4: t + 5 * MS}, None)
+    j.heartbeats(t + 20 * S)
+    hangs = j.opened("hang")
+    assert len(hangs) == 1 and len(j.opened()) == 1
+    inc = validate_incident(hangs[0])
+    assert inc["culprit_ranks"] == [1] and inc["culprit_nodes"] == ["n0"]
+    assert inc["incident"] == f"j1-hang-{TP:016x}-8" and inc["severity"] == "P0"
+    delay = (inc["opened_ns"] - t) / S
+    assert 5.0 <= delay <= 7.0  # threshold (floor 5 s) + at most a heartbeat and a tick
+
+
+def test_hang_culprit_found_through_another_comm(settings):
+    j = _job(settings)
+    steps(j, 8)
+    t = j.now + S
+    # rank 4 never enters DP #8; rank 3 waits in DP; ranks 0-2 wait on rank 3 in TP
+    j.collective(DP, 8, {3: t}, None)
+    j.collective(TP, 8, {0: t + 5 * MS, 1: t + 5 * MS, 2: t + 5 * MS}, None)
+    j.heartbeats(t + 12 * S)
+    (inc,) = j.opened()
+    assert inc["kind"] == "hang" and inc["culprit_ranks"] == [4] and inc["culprit_nodes"] == ["n1"]
+    assert inc["evidence"]["blocked_comms"] == 2
+
+
+def test_comm_hang_when_every_member_entered(settings):
+    j = _job(settings)
+    steps(j, 8)
+    t = j.now + S
+    j.collective(DP, 8, {3: t, 4: t + MS}, None)
+    j.heartbeats(t + 12 * S)
+    (inc,) = j.opened()
+    assert inc["kind"] == "comm_hang" and inc["comm"] == f"{DP:016x}"
+    assert inc["culprit_ranks"] == [] and inc["culprit_nodes"] == ["n0", "n1"]
+
+
+def test_checkpoint_pause_opens_nothing_and_long_idle_is_job_stalled(settings):
+    j = _job(settings)
+    steps(j, 8)
+    j.heartbeats(j.now + 40 * S)  # a 40 s checkpoint: nobody inside a call
+    steps(j, 4)
+    assert j.opened() == []
+    j.heartbeats(j.now + 70 * S)  # idle past max(60 s, 10 x step)
+    (inc,) = j.opened()
+    assert inc["kind"] == "job_stalled" and inc["severity"] == "P2"
+
+
+def test_node_lost_after_three_silent_periods_and_resolves(settings):
+    j = HandJob(settings, {TP: [0, 1, 2, 3], DP: [3, 4, 5]}, NODES)
+    steps(j, 4)
+    t = j.now
+    j.heartbeats(t + 6 * S, silent_nodes=("n1",))
+    lost = j.opened("node_lost")
+    assert len(lost) == 1 and lost[0]["culprit_nodes"] == ["n1"] and lost[0]["culprit_ranks"] == [4, 5]
+    assert 3 * S <= lost[0]["opened_ns"] - t <= 4 * S
+    j.heartbeats(j.now + 15 * S)
+    assert [i["status"] for i in j.incidents if i["kind"] == "node_lost"] == ["open", "resolved"]
+
+
+def test_p2p_hang_names_the_peer_that_never_posted_its_recv(settings):
+    import numpy as np
+
+    from commwatch import topics, wire
+    from commwatch.capture import Message
+
+    PP = 0xC3
+    j = HandJob(settings, {TP: [0, 1, 2, 3], PP: [3, 4]}, NODES)
+    steps(j, 3)  # TP only below: PP carries sends/recvs
+
+    def p2p(rank, cr, op, peer, seq, t, done):
+        r = wire.empty(1)
+        r["kind"], r["op"], r["comm"], r["rank"], r["comm_rank"] = wire.KIND_CALL, op, PP, rank, cr
+        r["peer"], r["seq"], r["nranks"], r["t_start_ns"] = peer, seq, 2, t
+        if done:
+            r["flags"], r["t_end_ns"] = wire.FLAG_COMPLETED, t + MS
+        return r
+
+    t = j.now
+    for k in range(3):  # healthy exchanges: 3 sends to 4, 4 receives
+        batch = np.concatenate([p2p(3, 0, wire.OP_SEND, 1, k, t + k * S, True),
+                                p2p(4, 1, wire.OP_RECV, 0, k, t + k * S, True)])
+        j.send(Message(topics.CALLS, topics.comm_key("j1", PP), t + k * S + 2 * MS, wire.encode_batch(batch)))
+    j.heartbeats(t + 3 * S)
+    t = j.now + S
+    # rank 3 enters send #3 to rank 4, which never posts the matching recv
+    j.send(Message(topics.CALLS, topics.comm_key("j1", PP), t + MS,
+                   wire.encode_batch(p2p(3, 0, wire.OP_SEND, 1, 3, t, False))))
+    j.heartbeats(t + 12 * S)
+    (inc,) = j.opened()
+    assert inc["kind"] == "hang" and inc["culprit_ranks"] == [4] and inc["culprit_nodes"] == ["n1"]
+    assert inc["incident"] == f"j1-hang-{PP:016x}-p2p" and "never entered Recv #3" in inc["summary"]

@@ -1,0 +1,52 @@
+"""The stage interfaces: stage-1 reports are compact JSON, stage 2 turns them into incidents,
+and an incident's lifecycle never duplicates or flaps."""
+
+import json
+
+from commwatch.streams.detect import CommStage, JobStage
+from commwatch.streams.detect.incidents import IncidentBook
+from detect_jobs import S, T0, HandJob, steps
+
+TP, DP = 0xA1, 0xB2
+NODES = {0: "n0", 1: "n0", 2: "n0", 3: "n0", 4: "n1"}
+
+
+def test_two_stages_apart_give_the_same_hang_as_the_detector(settings):
+    j = HandJob(settings, {TP: [0, 1, 2, 3], DP: [3, 4]}, NODES)
+    steps(j, 6)
+    t = j.now + S
+    j.collective(TP, 6, {0: t, 2: t, 3: t}, None)
+    j.heartbeats(t + 8 * S)
+    # replay the same messages through separate stages, reports passing as JSON (as over Kafka)
+    stage1, stage2 = CommStage(settings), JobStage(settings)
+    from commwatch.decode import decode_message
+
+    incidents, types = [], set()
+    for msg in j.sent:
+        decoded = decode_message(msg)
+        reports = stage1.feed(msg, decoded, msg.ts_ns) + stage1.tick(msg.ts_ns)
+        if isinstance(decoded, dict) and msg.topic != "cw.progress.v1":
+            incidents += stage2.feed(msg, decoded, msg.ts_ns)
+        for rep in reports:
+            rep = json.loads(json.dumps(rep))
+            assert {"type", "job", "ts_ns"} <= set(rep)
+            types.add(rep["type"])
+            incidents += stage2.feed_report(rep, msg.ts_ns)
+        incidents += stage2.tick(msg.ts_ns)
+    assert {"wait", "window", "comm", "node"} <= types
+    assert [(i["kind"], i["culprit_ranks"]) for i in incidents] == [("hang", [1])]
+    assert incidents[0]["incident"] == j.opened()[0]["incident"]
+
+
+def test_incident_book_updates_resolves_and_suppresses_flapping():
+    book = IncidentBook("j", resolve_after_s=10)
+    kw = dict(kind="slow_rank", severity="P3", culprit_ranks=[5], culprit_nodes=["n0"], comm="", summary="s",
+              evidence={}, id_hint="5-1")
+    assert [e["status"] for e in book.assert_(("k",), T0, **kw)] == ["open"]
+    assert book.assert_(("k",), T0 + S, **kw) == []  # nothing changed: no event
+    assert [e["status"] for e in book.assert_(("k",), T0 + 2 * S, **{**kw, "severity": "P2"})] == ["update"]
+    assert book.expire(T0 + 11 * S) == []
+    (ev,) = book.expire(T0 + 12 * S)
+    assert ev["status"] == "resolved" and ev["incident"] == "j-slow_rank-5-1"
+    assert book.assert_(("k",), T0 + 20 * S, **kw) == []  # flapping back within 2 quiet periods
+    assert [e["status"] for e in book.assert_(("k",), T0 + 40 * S, **kw)] == ["open"]
