@@ -98,7 +98,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     t0 = time.perf_counter()
     if args.out:
         truth = args.truth or truth_path(args.out)
-        count = write_capture(sim.messages(), args.out)
+        count = write_capture(sim, args.out)
         dest = args.out
     else:
         truth = args.truth or f"sim-{sim.spec.job}.truth.json"

@@ -3,49 +3,20 @@ to the wall clock)."""
 
 from __future__ import annotations
 
-import base64
+import gc
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterable
+from typing import Iterable
 
-from commwatch.capture import BINARY_TOPICS, Message
+from commwatch.capture import Message
+from commwatch.producers.simulate.simulation import Simulation
 
 log = logging.getLogger(__name__)
-
-
-class FastCaptureWriter:
-    """Writes capture lines identical to `commwatch.capture.CaptureWriter`'s to a binary
-    stream, without parsing JSON values again: the simulator's JSON values are already
-    compact dumps (and JSON is UTF-8 on the wire)."""
-
-    def __init__(self, out: IO[bytes]):
-        self.out = out
-        self.count = 0
-        self._prefixes: dict[tuple[str, str | None], bytes] = {}
-
-    def write_all(self, messages: Iterable[Message], chunk: int = 4096) -> None:
-        buf: list[bytes] = []
-        prefixes = self._prefixes
-        b64 = base64.b64encode
-        binary = BINARY_TOPICS
-        for msg in messages:
-            prefix = prefixes.get((msg.topic, msg.key))
-            if prefix is None:
-                prefix = f'{{"topic":{json.dumps(msg.topic)},"key":{json.dumps(msg.key)},"ts_ns":'.encode()
-                prefixes[(msg.topic, msg.key)] = prefix
-            if msg.topic in binary:
-                buf.append(b'%s%d,"value_b64":"%s"}\n' % (prefix, msg.ts_ns, b64(msg.value)))
-            else:
-                buf.append(b'%s%d,"value":%s}\n' % (prefix, msg.ts_ns, msg.value))
-            if len(buf) >= chunk:
-                self.out.write(b"".join(buf))
-                self.count += len(buf)
-                buf.clear()
-        self.out.write(b"".join(buf))
-        self.count += len(buf)
+IOV_MAX = 1024  # buffers per writev call (POSIX minimum of IOV_MAX)
 
 
 def truth_path(out: str | Path) -> Path:
@@ -56,12 +27,28 @@ def write_truth(path: str | Path, document: dict) -> None:
     Path(path).write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
 
 
-def write_capture(messages: Iterable[Message], path: str | Path) -> int:
-    """All messages to a capture file; returns the count."""
-    with open(path, "wb") as f:
-        w = FastCaptureWriter(f)
-        w.write_all(messages)
-    return w.count
+def write_capture(sim: Simulation, path: str | Path) -> int:
+    """The whole run to a capture file, gathered writes straight from the simulator's
+    buffers; returns the message count. The cyclic garbage collector is paused meanwhile:
+    the run makes no reference cycles, and collections walking its ~10^5 pending buffer
+    views would cost ~7% of the time."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with open(path, "wb", buffering=0) as f:
+            fd = f.fileno()
+            for chunk in sim.capture_chunks():
+                for i in range(0, len(chunk), IOV_MAX):
+                    part = chunk[i:i + IOV_MAX]
+                    done = os.writev(fd, part)
+                    if done < sum(map(len, part)):  # a short write: the rest the plain way
+                        rest = memoryview(b"".join(part))[done:]
+                        while rest:
+                            rest = rest[f.write(rest):]
+    finally:
+        if collecting:
+            gc.enable()
+    return sim.stats.messages
 
 
 @dataclass

@@ -146,6 +146,9 @@ class Engine:
         # per kind, per rank: does the rank's group span both nodes of slow link i
         self.spans = {k: [self._spans(k, a, b) for a, b, *_ in effects.links] for k in layout.kinds}
         self._parts: list[tuple] = []
+        # fault arrays that are all inf change nothing: skip them on the hot path
+        self.hangs = bool(np.isfinite(effects.hang_at).any())
+        self.comm_hangs = {k for k, a in effects.comm_hang_at.items() if np.isfinite(a).any()}
 
     def _spans(self, kind: str, a: int, b: int) -> np.ndarray:
         nodes = self.lay.node_of_rank[self.lay.groups(kind)]
@@ -169,14 +172,16 @@ class Engine:
                     x: float) -> np.ndarray:
         """Members enter at `e`; returns completion times (inf = never). `sel` picks the
         stage columns of the per-rank fault arrays."""
-        e = np.where(e >= self.eff.hang_at[sel], INF, e)
+        if self.hangs:
+            e = np.where(e >= self.eff.hang_at[sel], INF, e)
         emax = self._groupmax(kind, e)
         xs = x
         for i, (_, _, at, until, factor) in enumerate(self.eff.links):
             span = self.spans[kind][i][sel]
             xs = xs * np.where(span & (emax >= at) & (emax < until), factor, 1.0)
         c = emax + xs + self.rng.random(e.shape) * COMPLETE_JITTER_S
-        c = np.where(emax >= self.eff.comm_hang_at[kind][sel], INF, c)
+        if kind in self.comm_hangs:
+            c = np.where(emax >= self.eff.comm_hang_at[kind][sel], INF, c)
         self._parts.append((ranks, self.kind_index[kind], seq, op, e, c, nbytes, -1))
         return c
 
@@ -248,18 +253,24 @@ class Engine:
                                    self.x_tp)
         chunk = base * fac * (self.compute_share / n_tp)
         for j in range(n_tp):
-            e = sub + chunk * (1 + spec.jitter * self.rng.standard_normal(sub.shape)).clip(0.5)
+            x = self.rng.standard_normal(sub.shape)  # in place: sub + chunk * (1 + jitter * x).clip(0.5)
+            x *= spec.jitter
+            x += 1
+            np.maximum(x, 0.5, out=x)
+            x *= chunk
+            x += sub
+            e = x
             if spec.tp > 1:
                 sub = self._collective("tp", e, ranks, sel, (it * 2 * M + op_seq) * n_tp + j, wire.OP_ALLREDUCE,
                                        BYTES["tp"], self.x_tp)
             else:
-                sub = np.where(e >= self.eff.hang_at[sel], INF, e)
+                sub = np.where(e >= self.eff.hang_at[sel], INF, e) if self.hangs else e
         if spec.ep > 1:
             for j in range(2):
                 sub = self._collective("ep", sub, ranks, sel, (it * 2 * M + op_seq) * 2 + j, wire.OP_ALLTOALL,
                                        BYTES["ep"], self.x_tp)
         # post sends (non-blocking): forward to the next stage, backward to the previous
-        post = np.where(sub >= self.eff.hang_at[sel], INF, sub)
+        post = np.where(sub >= self.eff.hang_at[sel], INF, sub) if self.hangs else sub
         for table, want in ((self.sendF, lv.forward & (act < P - 1)), (self.sendB, ~lv.forward & (act > 0))):
             if want.any():
                 loc = np.nonzero(want)[0]
@@ -306,19 +317,25 @@ class Engine:
                      fwd_s.ravel(), bwd_s.ravel(), (t_end - before_opt).ravel(), checkpoint)
 
     def _collect(self) -> Calls:
+        """The iteration's parts as flat columns, written in place (no per-part copies)."""
         parts, self._parts = self._parts, []
-        cols: dict[str, list[np.ndarray]] = {k: [] for k in Calls.__dataclass_fields__}
-        for ranks, kind, seq, op, e, c, nbytes, peer in parts:
+        sizes = np.array([p[4].size for p in parts], dtype=np.int64)
+        n = int(sizes.sum())
+        rank = np.empty(n, dtype=np.int64)
+        seq = np.empty(n, dtype=np.int64)
+        t0 = np.empty(n)
+        t1 = np.empty(n)
+        peer = np.empty(n, dtype=np.int32)
+        a = 0
+        for (ranks, _, sq, _, e, c, _, pr), size in zip(parts, sizes.tolist()):
+            b = a + size
             shape = e.shape
-            n = e.size
-            cols["rank"].append(np.broadcast_to(ranks, shape).ravel())
-            cols["kind"].append(np.full(n, kind, dtype=np.int8))
-            cols["seq"].append(np.broadcast_to(np.asarray(seq, dtype=np.int64), shape).ravel())
-            cols["op"].append(np.full(n, op, dtype=np.uint8))
-            cols["t0"].append(e.ravel())
-            cols["t1"].append(np.broadcast_to(c, shape).ravel())
-            cols["nbytes"].append(np.full(n, nbytes, dtype=np.uint64))
-            cols["peer"].append(np.broadcast_to(np.asarray(peer, dtype=np.int32), shape).ravel())
-        if not parts:
-            return Calls(*(np.zeros(0) for _ in cols))
-        return Calls(**{k: np.concatenate(v) for k, v in cols.items()})
+            rank[a:b].reshape(shape)[...] = ranks
+            seq[a:b].reshape(shape)[...] = sq
+            t0[a:b].reshape(shape)[...] = e
+            t1[a:b].reshape(shape)[...] = c
+            peer[a:b].reshape(shape)[...] = pr
+            a = b
+        kind, op, nbytes = (np.array([p[i] for p in parts], dtype=dt) for i, dt in
+                            ((1, np.int8), (3, np.uint8), (6, np.uint64)))
+        return Calls(rank, np.repeat(kind, sizes), seq, np.repeat(op, sizes), t0, t1, np.repeat(nbytes, sizes), peer)

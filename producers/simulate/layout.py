@@ -141,17 +141,22 @@ class Layout:
         return list(range(lo, min(lo + self.gpus_per_node, self.world_size)))
 
     def node_comms(self) -> list[list[tuple[int, list[int]]]]:
-        """Per node: (comm index, local ranks in that comm) for every comm the node takes part in."""
-        out: list[list[tuple[int, list[int]]]] = []
-        for node in range(self.n_nodes):
-            ranks = self.ranks_of_node(node)
-            entries = []
-            for kind in self.kinds:
-                by_comm: dict[int, list[int]] = {}
-                for r in ranks:
-                    by_comm.setdefault(int(self.comm_of_rank[kind][r]), []).append(r)
-                entries.extend(sorted(by_comm.items()))
-            out.append(entries)
+        """Per node: (comm index, local ranks in that comm) for every comm the node takes part in,
+        by kind (in `kinds` order), then comm index; ranks ascending."""
+        out: list[list[tuple[int, list[int]]]] = [[] for _ in range(self.n_nodes)]
+        if not self.kinds:
+            return out
+        K, R = len(self.kinds), self.world_size
+        rank = np.tile(np.arange(R), K)
+        kind = np.repeat(np.arange(K), R)
+        comm = np.concatenate([self.comm_of_rank[k] for k in self.kinds])
+        node = self.node_of_rank[rank]
+        order = np.lexsort((rank, comm, kind, node))
+        comm, node, rank = comm[order], node[order], rank[order].tolist()
+        starts = np.flatnonzero(np.diff(comm, prepend=-1) | np.diff(node, prepend=-1))
+        bounds = np.append(starts, len(rank)).tolist()
+        for n, c, a, b in zip(node[starts].tolist(), comm[starts].tolist(), bounds, bounds[1:]):
+            out[n].append((c, rank[a:b]))
         return out
 
     def describe(self) -> dict:

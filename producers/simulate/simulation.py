@@ -15,13 +15,18 @@ Per node agent (clock = true time + the node's offset + drift x t):
 A lost node's agent sends nothing from its loss time on. Messages come out in
 non-decreasing ``ts_ns``: the engine guarantees no later call starts before its horizon, so
 everything stamped before the earliest node clock at the horizon is final.
+
+Where the work is: `engine` (timing model), `batches` and `records` (call records as
+columns of 64-bit words, one stable sort per flush, batches packed for one base64 pass),
+`progress` (heartbeats from cached %-templates), `outbox` (the time-ordered queue; for a
+capture it holds finished line pieces, not Messages), `emit` (gathered writes).
 """
 
 from __future__ import annotations
 
 import collections
 import hashlib
-import math
+import itertools
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -30,17 +35,19 @@ import numpy as np
 from commwatch import topics, wire
 from commwatch.capture import Message
 from commwatch.producers.simulate import payloads
+from commwatch.producers.simulate.batches import Batcher
+from commwatch.producers.simulate.clock import NodeClocks
 from commwatch.producers.simulate.engine import INF, Calls, Chunk, Engine, resolve
 from commwatch.producers.simulate.layout import Layout
+from commwatch.producers.simulate.outbox import Outbox
+from commwatch.producers.simulate.progress import Progress
+from commwatch.producers.simulate.records import pack, pair, word0, words
 from commwatch.producers.simulate.schedule import Fault
 from commwatch.producers.simulate.spec import JobSpec
 from commwatch.producers.simulate.truth import fault_truth
 
 SM_MHZ = 1980
-ROW = np.dtype((np.void, wire.RECORD_SIZE))
 THROTTLE_HW_SLOWDOWN = 0x8
-P2P_DIRS = ((wire.OP_SEND, 1, "send"), (wire.OP_SEND, -1, "send"), (wire.OP_RECV, -1, "recv"),
-            (wire.OP_RECV, 1, "recv"))  # (op, peer stage - own stage, name)
 
 
 @dataclass
@@ -84,8 +91,16 @@ class Simulation:
         }
 
     def messages(self) -> Iterator[Message]:
+        """Every message of the run, in non-decreasing ``ts_ns``."""
         self.stats = SimStats()
-        return _Run(self).run()
+        return itertools.chain.from_iterable(_Run(self, lines=False).run())
+
+    def capture_chunks(self) -> Iterator[list]:
+        """The run as capture-file lines (contract section 4): lists of bytes-like pieces to
+        be written in order (``os.writev``). These are the lines
+        `commwatch.capture.read_messages` reads back into exactly `messages()`."""
+        self.stats = SimStats()
+        return (chunk for chunk in _Run(self, lines=True).run() if chunk)
 
 
 def simulate(spec: JobSpec, faults: list[Fault] | tuple[Fault, ...] = ()) -> Simulation:
@@ -93,77 +108,43 @@ def simulate(spec: JobSpec, faults: list[Fault] | tuple[Fault, ...] = ()) -> Sim
 
 
 class _Run:
-    def __init__(self, sim: Simulation):
+    def __init__(self, sim: Simulation, lines: bool):
         self.sim = sim
         self.spec = spec = sim.spec
         self.lay = lay = sim.layout
         self.eff = sim.effects
         self.engine = Engine(spec, lay, sim.effects)
         rng = np.random.default_rng([spec.seed, 2])
-        self.off = rng.uniform(-spec.clock_skew_ms, spec.clock_skew_ms, lay.n_nodes) * 1e-3
-        self.drift = 1.0 + rng.uniform(-spec.clock_drift_ppm, spec.clock_drift_ppm, lay.n_nodes) * 1e-6
+        off = rng.uniform(-spec.clock_skew_ms, spec.clock_skew_ms, lay.n_nodes) * 1e-3
+        drift = 1.0 + rng.uniform(-spec.clock_drift_ppm, spec.clock_drift_ppm, lay.n_nodes) * 1e-6
+        self.clock = NodeClocks(off, drift, spec.start_ns)
         self.rng = rng
         self.job_json = payloads.jstr(spec.job)
-        self.n_kinds = len(lay.kinds)
-        self.comm_table = np.stack([lay.comm_of_rank[k] for k in lay.kinds]) if lay.kinds else np.zeros((0, 0))
-        self.crank_table = np.stack([lay.crank_of_rank[k] for k in lay.kinds]) if lay.kinds else np.zeros((0, 0))
-        self.comm_size = np.array([len(c.members) for c in lay.comms], dtype=np.uint32)
         self.comm_keys = [topics.comm_key(spec.job, c.id) for c in lay.comms]
         self.lost_at = np.full(lay.n_nodes, INF)
         for node, at in self.eff.node_lost_at.items():
             self.lost_at[node] = at
-        self.pp_kind = lay.kinds.index("pp") if "pp" in lay.kinds else -1
         self.gpus = [gpu_uuid(spec.job, r) for r in range(lay.world_size)]
+        self.outbox = Outbox(lines)
+        sim.stats.by_topic = self.outbox.by_topic
+        self.batcher = Batcher(spec, lay, self.clock, self.lost_at, self.comm_keys, self.outbox)
         self.node_comms = lay.node_comms()
-        self.stage = lay.coords["pp"]
-        self.pending: list[tuple[int, int, Message]] = []
-        self.by_topic = sim.stats.by_topic = collections.Counter()
-        self.order = 0
-        self.pend_recs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # records, w, group key
-        # heartbeat state: collectives per (rank, kind), p2p per (rank, direction)
-        R = lay.world_size
-        self.started = np.full(R * max(self.n_kinds, 1), -1, dtype=np.int64)
-        self.completed = self.started.copy()
-        self.last_start = np.full(self.started.shape, -INF)
-        self.last_end = self.last_start.copy()
-        self.p2p_started = np.full(R * 4, -1, dtype=np.int64)
-        self.p2p_completed = self.p2p_started.copy()
-        self.ev_start: list[tuple[np.ndarray, ...]] = []
-        self.ev_end: list[tuple[np.ndarray, ...]] = []
+        self.progress = Progress(spec, lay, self.clock, self.lost_at, self.comm_keys, self.node_comms, self.outbox)
+        self.init_records = 0
         self.next_hb = 0
         self.next_hw = 0
-        self.temp = rng.integers(55, 70, R)
+        self.temp = rng.integers(55, 70, lay.world_size)
 
-    # --- clocks and queue -----------------------------------------------------------------
-    def clock(self, t: np.ndarray | float, node: np.ndarray | int) -> np.ndarray:
-        """True seconds -> the node's clock in ns since the epoch."""
-        local = np.asarray(t, dtype=np.float64) * self.drift[node] + self.off[node]
-        return np.rint(local * 1e9).astype(np.int64) + self.spec.start_ns
-
-    def push(self, ts: int, topic: str, key: str, value: bytes) -> None:
-        self.pending.append((ts, self.order, Message(topic, key, ts, value)))
-        self.order += 1
-        self.by_topic[topic] += 1
-
-    def release(self, before_ns: int | None) -> list[Message]:
-        self.pending.sort()
-        if before_ns is None:
-            n = len(self.pending)
-        else:
-            lo, hi = 0, len(self.pending)
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if self.pending[mid][0] < before_ns:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            n = lo
-        out, self.pending = self.pending[:n], self.pending[n:]
-        self.sim.stats.messages += n
-        return [m for _, _, m in out]
+    def release(self, before_ns: int | None) -> list:
+        out = self.outbox.release(before_ns)
+        st = self.sim.stats
+        st.messages = self.outbox.released
+        st.records = self.batcher.records + self.init_records
+        return out
 
     # --- the run ---------------------------------------------------------------------------
-    def run(self) -> Iterator[Message]:
+    def run(self) -> Iterator[list]:
+        """Lists of released Messages or capture-line pieces, in order, one per iteration."""
         spec = self.spec
         dur = spec.duration_s
         self.opening()
@@ -177,197 +158,85 @@ class _Run:
             self.take_steps(chunk)
             horizon = min(chunk.horizon, dur)
             final = horizon >= dur
-            self.flush_windows(horizon)
+            self.batcher.flush(horizon)
             self.heartbeats(horizon, final)
             self.hardware(horizon, final)
             if final:
                 break
-            yield from self.release(int(self.clock(horizon, np.arange(self.lay.n_nodes)).min()))
-        yield from self.release(None)
+            yield self.release(int(self.clock(horizon, np.arange(self.lay.n_nodes)).min()))
+        yield self.release(None)
 
     def opening(self) -> None:
+        """Per node: a topology message per rank, then a COMM_INIT batch per communicator."""
         lay, spec = self.lay, self.spec
-        nodes = np.arange(lay.n_nodes)
-        t0 = self.clock(0.0, nodes).tolist()
-        for node, entries in enumerate(self.node_comms):
-            name = lay.node_names[node]
-            for r in lay.ranks_of_node(node):
-                coords = {k: int(lay.coords[k][r]) for k in ("tp", "pp", "dp", "cp", "ep")}
-                self.push(t0[node], topics.TOPOLOGY, spec.job,
-                          payloads.topology(self.job_json, t0[node], r, lay.world_size, name,
-                                            r % spec.gpus_per_node, self.gpus[r], coords))
-            for cidx, ranks in entries:
-                recs = wire.empty(len(ranks))
-                recs["kind"] = wire.KIND_COMM_INIT
-                recs["rank"] = ranks
-                recs["comm"] = lay.comm_ids[cidx]
-                recs["t_start_ns"] = t0[node]
-                recs["t_end_ns"] = t0[node]
-                kind = lay.kinds.index(lay.comms[cidx].kind)
-                recs["comm_rank"] = self.crank_table[kind, ranks]
-                recs["nranks"] = self.comm_size[cidx]
-                recs["aux"] = lay.comm_nodes[cidx]
-                self.push(t0[node], topics.CALLS, self.comm_keys[cidx], wire.encode_batch(recs))
-                self.sim.stats.records += len(recs)
+        t0 = self.clock(0.0, np.arange(lay.n_nodes)).tolist()
+        node_comms = self.node_comms
+        coords = {k: lay.coords[k].tolist() for k in ("tp", "pp", "dp", "cp", "ep")}
+        topo = [payloads.topology(self.job_json, t0[r // spec.gpus_per_node], r, lay.world_size,
+                                  lay.node_names[r // spec.gpus_per_node], r % spec.gpus_per_node, self.gpus[r],
+                                  {k: v[r] for k, v in coords.items()})
+                for r in range(lay.world_size)]
+        b_node, b_comm, b_count, ranks = [], [], [], []
+        for node, entries in enumerate(node_comms):
+            for cidx, members in entries:
+                b_node.append(node)
+                b_comm.append(cidx)
+                b_count.append(len(members))
+                ranks += members
+        counts = np.array(b_count, dtype=np.int64)
+        cidx = np.repeat(np.array(b_comm, dtype=np.int64), counts)
+        node = np.repeat(np.array(b_node, dtype=np.int64), counts)
+        rank = np.array(ranks, dtype=np.int64)
+        kind_of_comm = np.array([lay.kinds.index(c.kind) for c in lay.comms], dtype=np.int64)
+        t = np.array(t0, dtype=np.int64)[node]
+        rows = words(len(rank))
+        rows[0] = word0(wire.KIND_COMM_INIT, 0, 0, rank)
+        rows[1] = lay.comm_ids[cidx]
+        rows[2] = 0
+        rows[3] = t
+        rows[4] = t
+        rows[5] = 0
+        slot = kind_of_comm[cidx] * lay.world_size + rank
+        rows[6] = pair(self.batcher.crank[slot], -1)
+        rows[7] = pair(self.batcher.nranks_word[slot], lay.comm_nodes[cidx])
+        self.init_records = len(rank)
+        ts_b = [t0[n] for n in b_node]
+        _, inits, n_inits = self.outbox.batch_items([self.comm_keys[c] for c in b_comm], ts_b, pack([rows], counts),
+                                                    np.array(b_node, dtype=np.int64))
+        init_of = dict(zip(dict.fromkeys(b_node), zip(inits, n_inits)))  # one item per node, nodes in order
+        topo_items = self.outbox.json_items(topics.TOPOLOGY, spec.job, [t0[r // spec.gpus_per_node]
+                                                                        for r in range(lay.world_size)], topo)
+        items, ts, counts_ = [], [], []
+        for n in range(lay.n_nodes):
+            rs = lay.ranks_of_node(n)
+            items += topo_items[rs[0]:rs[-1] + 1]
+            ts += [t0[n]] * len(rs)
+            counts_ += [1] * len(rs)
+            if n in init_of:
+                item, k = init_of[n]
+                items.append(item)
+                ts.append(t0[n])
+                counts_.append(k)
+        self.outbox.add(ts, items, counts_)
+        self.outbox.by_topic[topics.TOPOLOGY] += len(topo)
+        self.outbox.by_topic[topics.CALLS] += len(b_comm)
 
-    # --- calls -----------------------------------------------------------------------------
     def take_calls(self, c: Calls) -> None:
-        spec, lay = self.spec, self.lay
-        dur, bs = spec.duration_s, spec.batch_s
-        issued = c.t0 < dur
+        issued = c.t0 < self.spec.duration_s
         if not issued.all():
             c = Calls(*(getattr(c, f)[issued] for f in Calls.__dataclass_fields__))
         self.sim.stats.calls += len(c)
-        self.track(c)
-        node = lay.node_of_rank[c.rank]
-        done = c.t1 <= dur
-        ws = np.floor(c.t0 / bs).astype(np.int64) + 1
-        we = np.where(done, np.floor(np.where(done, c.t1, 0.0) / bs).astype(np.int64) + 1, -1)
-        last_w = math.floor(dur / bs + 1e-9)
-        lost = self.lost_at[node]
-        entry = (ws != we) & (ws <= last_w) & (ws * bs < lost)
-        finish = done & (we <= last_w) & (we * bs < lost)
-        idx = np.concatenate([np.nonzero(entry)[0], np.nonzero(finish)[0]])
-        n_entry = int(entry.sum())
-        if not len(idx):
-            return
-        rank, kind = c.rank[idx], c.kind[idx].astype(np.int64)
-        nd = node[idx]
-        cidx = self.comm_table[kind, rank]
-        recs = np.empty(len(idx), dtype=wire.RECORD_DTYPE)
-        recs["kind"] = wire.KIND_CALL
-        recs["op"] = c.op[idx]
-        flags = np.full(len(idx), wire.FLAG_COMPLETED, dtype=np.uint16)
-        flags[:n_entry] = 0
-        recs["flags"] = flags
-        recs["rank"] = rank
-        recs["comm"] = lay.comm_ids[cidx]
-        recs["seq"] = c.seq[idx]
-        recs["t_start_ns"] = self.clock(c.t0[idx], nd)
-        t_end = self.clock(np.where(flags.astype(bool), c.t1[idx], 0.0), nd)
-        t_end[:n_entry] = 0
-        recs["t_end_ns"] = t_end
-        recs["bytes"] = c.nbytes[idx]
-        recs["comm_rank"] = self.crank_table[kind, rank]
-        recs["peer"] = c.peer[idx]
-        recs["nranks"] = self.comm_size[cidx]
-        recs["aux"] = 0
-        w = np.concatenate([ws[entry], we[finish]])
-        key = (w * lay.n_nodes + nd) * len(lay.comms) + cidx
-        self.pend_recs.append((recs, w, key))
-
-    def flush_windows(self, horizon: float) -> None:
-        """Emit every batch whose flush time is at or before the horizon."""
-        if not self.pend_recs:
-            return
-        lay, bs = self.lay, self.spec.batch_s
-        recs = np.concatenate([p[0] for p in self.pend_recs])
-        w = np.concatenate([p[1] for p in self.pend_recs])
-        key = np.concatenate([p[2] for p in self.pend_recs])
-        ready = w * bs <= horizon + 1e-12
-        rows = recs.view(ROW)  # one 64-byte item per record: fancy indexing copies rows whole
-        if not ready.all():
-            keep = ~ready
-            self.pend_recs = [(rows[keep].view(wire.RECORD_DTYPE), w[keep], key[keep])]
-            rows, key = rows[ready], key[ready]
-        else:
-            self.pend_recs = []
-        if not len(rows):
-            return
-        order = np.argsort(key)
-        rows, key = rows[order], key[order]
-        starts = np.concatenate([[0], np.flatnonzero(np.diff(key)) + 1])
-        ends = np.append(starts[1:], len(key))
-        gkey = key[starts]
-        cidx = gkey % len(lay.comms)
-        rest = gkey // len(lay.comms)
-        node = rest % lay.n_nodes
-        ts = self.clock((rest // lay.n_nodes) * bs, node).tolist()
-        buf = rows.tobytes()
-        pack = wire.BATCH_HEADER.pack
-        magic, version, size = wire.BATCH_MAGIC, wire.BATCH_VERSION, wire.RECORD_SIZE
-        keys = self.comm_keys
-        pending, order_no = self.pending, self.order
-        calls = topics.CALLS
-        for a, b, c, t in zip(starts.tolist(), ends.tolist(), cidx.tolist(), ts):
-            value = pack(magic, version, size, b - a, 0) + buf[a * 64:b * 64]
-            pending.append((t, order_no, Message(calls, keys[c], t, value)))
-            order_no += 1
-        self.order = order_no
-        self.by_topic[calls] += len(starts)
-        self.sim.stats.records += len(rows)
-
-    # --- heartbeats ------------------------------------------------------------------------
-    def track(self, c: Calls) -> None:
-        """Queue start/end events for the progress state."""
-        p2p = (c.op == wire.OP_SEND) | (c.op == wire.OP_RECV)
-        coll = ~p2p
-        S = max(self.n_kinds, 1)
-        ck = c.rank[coll] * S + c.kind[coll]
-        if p2p.any():
-            r = c.rank[p2p]
-            d = c.peer[p2p] - self.stage[r]
-            send = c.op[p2p] == wire.OP_SEND
-            direction = np.where(send, np.where(d > 0, 0, 1), np.where(d < 0, 2, 3))
-            pk = r * 4 + direction
-        else:
-            pk = np.zeros(0, dtype=np.int64)
-        self.ev_start.append((c.t0[coll], ck, c.seq[coll], c.t0[p2p], pk, c.seq[p2p]))
-        fin = np.isfinite(c.t1)
-        self.ev_end.append((c.t1[coll & fin], c.rank[coll & fin] * S + c.kind[coll & fin], c.seq[coll & fin],
-                            c.t1[p2p & fin], pk[fin[p2p]], c.seq[p2p & fin]))
-
-    def _apply(self, events: list, h: float, seq_c: np.ndarray, last: np.ndarray, seq_p: np.ndarray) -> list:
-        if not events:
-            return events
-        t, k, s, tp_, kp, sp = (np.concatenate([e[i] for e in events]) for i in range(6))
-        m = t <= h
-        np.maximum.at(seq_c, k[m], s[m])
-        np.maximum.at(last, k[m], t[m])
-        mp = tp_ <= h
-        np.maximum.at(seq_p, kp[mp], sp[mp])
-        return [(t[~m], k[~m], s[~m], tp_[~mp], kp[~mp], sp[~mp])]
+        self.progress.track(c)
+        self.batcher.add(c)
 
     def heartbeats(self, horizon: float, final: bool) -> None:
-        spec, lay = self.spec, self.lay
-        S = max(self.n_kinds, 1)
+        spec = self.spec
         while True:
             h = self.next_hb * spec.heartbeat_s
             if h > spec.duration_s or (h >= horizon and not final) or (final and h > horizon):
                 return
             self.next_hb += 1
-            self.ev_start = self._apply(self.ev_start, h, self.started, self.last_start, self.p2p_started)
-            self.ev_end = self._apply(self.ev_end, h, self.completed, self.last_end, self.p2p_completed)
-            nodes = lay.node_of_rank
-            has_s = np.isfinite(self.last_start)
-            has_e = np.isfinite(self.last_end)
-            rank_of_slot = np.arange(lay.world_size * S) // S
-            ls = np.where(has_s, self.clock(np.where(has_s, self.last_start, 0.0), nodes[rank_of_slot]), -1).tolist()
-            le = np.where(has_e, self.clock(np.where(has_e, self.last_end, 0.0), nodes[rank_of_slot]), -1).tolist()
-            started, completed = self.started.tolist(), self.completed.tolist()
-            p2ps, p2pc = self.p2p_started.tolist(), self.p2p_completed.tolist()
-            ts_all = self.clock(h, np.arange(lay.n_nodes)).tolist()
-            for node, entries in enumerate(self.node_comms):
-                if h >= self.lost_at[node]:
-                    continue
-                name, ts = lay.node_names[node], ts_all[node]
-                for cidx, ranks in entries:
-                    comm = lay.comms[cidx]
-                    kind = lay.kinds.index(comm.kind)
-                    items = []
-                    for r in ranks:
-                        i = r * S + kind
-                        p2p = ""
-                        if kind == self.pp_kind:
-                            st = int(self.stage[r])
-                            p2p = ",".join(
-                                payloads.p2p_entry(st + d, name_, p2ps[r * 4 + j], p2pc[r * 4 + j])
-                                for j, (_, d, name_) in enumerate(P2P_DIRS) if 0 <= st + d < spec.pp)
-                        items.append(payloads.progress_rank(
-                            r, started[i], completed[i], ls[i] if ls[i] >= 0 else None,
-                            le[i] if le[i] >= 0 else None, p2p))
-                    self.push(ts, topics.PROGRESS, self.comm_keys[cidx],
-                              payloads.progress(self.job_json, name, ts, comm.hex, items))
+            self.progress.beat(h)
 
     # --- steps and hardware ----------------------------------------------------------------
     def take_steps(self, chunk: Chunk) -> None:
@@ -382,9 +251,9 @@ class _Run:
         f = np.round(chunk.forward_s[ranks] * 1e3, 3).tolist()
         b = np.round(chunk.backward_s[ranks] * 1e3, 3).tolist()
         o = np.round(chunk.optimizer_s[ranks] * 1e3, 3).tolist()
-        for i, r in enumerate(ranks.tolist()):
-            self.push(t1[i], topics.STEPS, spec.job,
-                      payloads.steps(self.job_json, r, chunk.iteration, t0[i], t1[i], f[i], b[i], o[i]))
+        job, it, steps = self.job_json, chunk.iteration, payloads.steps
+        self.outbox.json(topics.STEPS, spec.job, t1, [steps(job, r, it, *v) for r, *v in
+                                                      zip(ranks.tolist(), t0, t1, f, b, o)])
 
     def hardware(self, horizon: float, final: bool) -> None:
         spec, lay = self.spec, self.lay
@@ -408,12 +277,10 @@ class _Run:
                     power[rank] = round(float(power[rank]) * mhz / SM_MHZ, 1)
                     throttle[rank] = THROTTLE_HW_SLOWDOWN
             temp = self.temp + self.rng.integers(-1, 2, R)
-            ts = self.clock(h, nodes).tolist()
-            alive = (h < self.lost_at[nodes]).tolist()
-            sm_l, pw_l, ut_l, th_l, te_l = sm.tolist(), power.tolist(), util.tolist(), throttle.tolist(), temp.tolist()
-            names = lay.node_names
-            for r in range(R):
-                if alive[r]:
-                    self.push(ts[r], topics.HW, spec.job,
-                              payloads.hw(self.job_json, names[r // spec.gpus_per_node], ts[r], r, self.gpus[r],
-                                          sm_l[r], pw_l[r], te_l[r], ut_l[r], th_l[r]))
+            alive = np.nonzero(h < self.lost_at[nodes])[0]
+            ts = self.clock(h, nodes[alive]).tolist()
+            job, names, gpus, hw = self.job_json, lay.node_names, self.gpus, payloads.hw
+            values = [hw(job, names[n], t, r, gpus[r], *v) for r, n, t, *v in
+                      zip(alive.tolist(), nodes[alive].tolist(), ts, sm[alive].tolist(), power[alive].tolist(),
+                          temp[alive].tolist(), util[alive].tolist(), throttle[alive].tolist())]
+            self.outbox.json(topics.HW, spec.job, ts, values)

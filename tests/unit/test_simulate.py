@@ -230,9 +230,57 @@ def test_deterministic_for_a_seed():
 def test_capture_and_truth_file(tmp_path):
     sim = simulate(JobSpec(tp=2, pp=2, dp=2, duration_s=2.0), [parse_fault("hang:rank=1,at=1s")])
     out = tmp_path / "run.cwcap"
-    n = write_capture(sim.messages(), out)
+    n = write_capture(sim, out)
     back = list(read_messages(out))
     assert len(back) == n and back == list(sim.messages())
+
+
+def test_capture_lines_are_the_messages_for_every_feature(tmp_path):
+    """The capture path (lines built in bulk) and `messages()` agree, with every fault kind,
+    CP/EP comms and a checkpoint; every batch holds one comm's records of one node."""
+    spec = JobSpec(tp=2, pp=2, dp=4, cp=2, ep=2, gpus_per_node=4, duration_s=3.0, step_s=0.5,
+                   checkpoint_every_s=1.0, checkpoint_s=0.3, seed=3)
+    faults = ["node_lost:node=node-03,at=2s", "comm_hang:comm=dp1,at=2.2s", "downclock:rank=5,at=0.5s",
+              "slow_link:nodes=node-00+node-01,factor=3,at=1s", "blip:rank=2,at=1s,ms=100"]
+    sim = simulate(spec, [parse_fault(f) for f in faults])
+    out = tmp_path / "all.cwcap"
+    n = write_capture(sim, out)
+    counted = (sim.stats.messages, sim.stats.records, dict(sim.stats.by_topic))
+    msgs = list(sim.messages())
+    assert list(read_messages(out)) == msgs and n == len(msgs) == sum(counted[2].values())
+    assert counted == (sim.stats.messages, sim.stats.records, dict(sim.stats.by_topic))
+    assert out.read_bytes().count(b"\n") == n
+    records = 0
+    for m in msgs:
+        if m.topic != topics.CALLS:
+            continue
+        recs = wire.decode_batch(m.value, topics.split_comm_key(m.key)[1])
+        records += len(recs)
+        assert len(set((recs["rank"] // spec.gpus_per_node).tolist())) == 1
+        calls = recs[recs["kind"] == wire.KIND_CALL]
+        assert (calls["t_end_ns"] == np.where(calls["flags"] & wire.FLAG_COMPLETED, calls["t_end_ns"], 0)).all()
+        assert (calls["t_end_ns"][calls["flags"] & wire.FLAG_COMPLETED == 1] >= calls["t_start_ns"][
+            calls["flags"] & wire.FLAG_COMPLETED == 1]).all()
+    assert records == sim.stats.records
+    lost = S * 2 + spec.start_ns + int(0.05 * S)  # node-03's clock may run ahead a little
+    assert not [m for m in msgs if m.ts_ns > lost and '"node-03"'.encode() in m.value[:200]]
+
+
+def test_base64_encoder_is_the_standard_one():
+    """Whichever encoder the capture path uses (pybase64 when installed) writes standard base64."""
+    import binascii
+
+    from commwatch.producers.simulate.outbox import b64
+
+    data = np.random.default_rng(0).integers(0, 256, 3 * 1000 + 2, dtype=np.uint8)
+    for n in (0, 1, 2, 3, len(data)):
+        assert bytes(b64(memoryview(data[:n]))) == binascii.b2a_base64(data[:n].tobytes(), newline=False)
+
+
+def test_single_rank_job_has_no_communicators():
+    sim, msgs = run(JobSpec(tp=1, pp=1, dp=1, duration_s=2.0), ["hang:rank=0,at=1.5s"])
+    topics_seen = {m.topic for m in msgs}
+    assert topics_seen == {topics.TOPOLOGY, topics.STEPS, topics.HW} and sim.stats.records == 0
 
 
 def test_fault_specs_and_schedule(tmp_path):
