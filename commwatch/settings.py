@@ -125,15 +125,15 @@ class Settings:
         if self.topic_prefix and not re.fullmatch(r"[A-Za-z0-9._-]+", self.topic_prefix):
             raise SettingsError(f"COMMWATCH_TOPIC_PREFIX: {self.topic_prefix!r} has characters Kafka refuses")
 
+    def _shown(self, f: dataclasses.Field) -> Any:
+        """A field's value as it may be shown: secrets masked, URL passwords redacted."""
+        value = getattr(self, f.name)
+        if f.metadata.get("secret") and value:
+            return "***"
+        return redact_url(value) if f.name == "clickhouse_dsn" else value
+
     def __repr__(self) -> str:
-        parts = []
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.metadata.get("secret") and value:
-                value = "***"
-            elif f.name == "clickhouse_dsn":
-                value = redact_url(value)
-            parts.append(f"{f.name}={value!r}")
+        parts = [f"{f.name}={self._shown(f)!r}" for f in dataclasses.fields(self)]
         return f"Settings({', '.join(parts)})"
 
     __str__ = __repr__
@@ -199,15 +199,7 @@ class Settings:
 
     def describe(self) -> list[tuple[str, str, str]]:
         """(env key, value as shown, doc) for `commwatch config`; secrets masked."""
-        shown = []
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.metadata.get("secret") and value:
-                value = "***"
-            elif f.name == "clickhouse_dsn":
-                value = redact_url(value)
-            shown.append((env_key(f.name), str(value), f.metadata.get("doc", "")))
-        return shown
+        return [(env_key(f.name), str(self._shown(f)), f.metadata.get("doc", "")) for f in dataclasses.fields(self)]
 
 
 # Variables that share the prefix but are read by other parts (the C probe, the hook).
