@@ -8,10 +8,11 @@ river `GaussianScorer` per (comm, rank) scores the window's mean lag against the
 history (evidence: how unusual the lag is for that rank).
 
 A culprit is late in every comm it belongs to and waits on nobody: its impact stays
->= `slow_impact` for `slow_windows` consecutive windows of a comm and `SLOW_MIN_NS` (a GC blip lasts one or
-two windows), and its own waiting
-excess stays under half its impact. Its victims (its TP peers, the other stages of its
-pipeline) wait on it in some comm, so their `own` is high and they are not culprits.
+>= `slow_impact` for `slow_windows` consecutive windows of a comm and `SLOW_MIN_NS` (a GC
+blip lasts one or two windows), and its own waiting excess (collectives and P2P) stays
+under half its impact: its TP peers and the other stages of its pipeline wait on it, so
+they are not culprits. Among suspects of one pipeline, the one that waits least in P2P is
+the cause.
 
 A slow link: a multi-node comm's transfer time (last arrival to completion) rises well
 above its normal for consecutive windows while none of its ranks arrives late.
@@ -172,39 +173,26 @@ class SlowTracker:
         suspects |= {r for r in keep if impact.get(r, 0.0) >= self.slow_impact / 2}
         if not suspects:
             return {}
-        fresh = [cs for cs in self.comms.values() if now_ns - cs.ts_ns <= fresh_ns]
-        fresh_p2p = [cs for cs in self.p2p.values() if now_ns - cs.ts_ns <= fresh_ns]
-        for cs in fresh:
+        for cs in list(self.comms.values()) + list(self.p2p.values()):
+            if now_ns - cs.ts_ns > fresh_ns:
+                continue
             for i in np.flatnonzero(np.isin(cs.ranks, list(suspects))).tolist():
                 r = int(cs.ranks[i])
                 own[r] = max(own.get(r, 0.0), float(cs.own_ex[i]))
-        p2p_own: dict[int, float] = {}
-        for cs in fresh_p2p:
-            for i in np.flatnonzero(np.isin(cs.ranks, list(suspects))).tolist():
-                r = int(cs.ranks[i])
-                p2p_own[r] = max(p2p_own.get(r, 0.0), float(cs.own_ex[i]))
-        kept = [r for r in sorted(suspects) if r in keep or own.get(r, 0.0) < 0.5 * impact[r]]  # else: a victim
-        # suspects linked by a comm are one slowdown seen several times: its cause is the one that
-        # waits least in P2P (the pipeline's bottleneck), then the one that costs most
-        group = {r: r for r in kept}
-
-        def root(r: int) -> int:
-            while group[r] != r:
-                r = group[r]
-            return r
-
-        for cs in fresh + fresh_p2p:
-            inside = [int(x) for x in cs.ranks[np.isin(cs.ranks, kept)].tolist()]
-            for r in inside[1:]:
-                group[root(r)] = root(inside[0])
-        best: dict[int, int] = {}
-        for r in kept:
-            g = root(r)
-            if g not in best or (p2p_own.get(r, 0.0), -impact[r], r) < (p2p_own.get(best[g], 0.0), -impact[best[g]], best[g]):
-                best[g] = r
-        chosen = set(best.values()) | (set(kept) & set(keep))
-        return {r: {"impact": round(impact[r], 4), "own_wait": round(own.get(r, 0.0), 4),
-                    "p2p_wait": round(p2p_own.get(r, 0.0), 4), "comms": where[r]} for r in sorted(chosen)}
+        out = {}
+        for r in sorted(suspects):
+            if own.get(r, 0.0) >= 0.5 * impact[r] and r not in keep:
+                continue  # it waits on someone else: a victim
+            out[r] = {"impact": round(impact[r], 4), "own_wait": round(own.get(r, 0.0), 4), "comms": where[r]}
+        # suspects of one pipeline: the bottleneck stage is the one that waits least in P2P
+        for cs in self.p2p.values():
+            both = [i for i in np.flatnonzero(np.isin(cs.ranks, list(out))).tolist() if int(cs.ranks[i]) not in keep]
+            if len(both) > 1 and now_ns - cs.ts_ns <= fresh_ns:
+                best = min(both, key=lambda i: (cs.own_ex[i], int(cs.ranks[i])))
+                for i in both:
+                    if i != best:
+                        out.pop(int(cs.ranks[i]), None)
+        return out
 
     def slow_links(self, now_ns: int, fresh_ns: int, slow_ranks: set[int]) -> list[dict]:
         """Multi-node comms whose transfer time rose while none of their ranks is late."""

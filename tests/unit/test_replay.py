@@ -8,7 +8,7 @@ from commwatch.capture import CaptureWriter, Message
 from commwatch.cli import main
 from commwatch.messages import validate_incident
 from commwatch.streams.replay import replay
-from detect_jobs import MS, S, HandJob, steps
+from detect_jobs import S, HandJob, steps
 
 TP, DP = 0xA1, 0xB2
 
