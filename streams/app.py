@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 
 REPORTS = "cw.internal.reports.v1"
 TICK_S = 0.5
+STARTUP_GRACE_S = 30.0
 LAG_EVERY_S = 2.0
 
 
@@ -230,6 +231,7 @@ def create_app(settings: Settings, pipeline: Pipeline) -> faust.App:
     alerts_out = topic(t.alerts)
     deadletter_out = topic(t.deadletter)
     processed: dict[Any, int] = {}
+    assigned_at: dict[Any, float] = {}
 
     # Published messages carry their event time as the Kafka timestamp, like every input.
     # Agents await each send (backpressure); the timer only queues (it must not stall).
@@ -288,15 +290,26 @@ def create_app(settings: Settings, pipeline: Pipeline) -> faust.App:
             await publish_incidents(incidents)
 
     def lag_of(names: set[str]) -> tuple[int, dict[str, int]]:
-        """Messages behind the partition ends, after the last processed offset (a partition
-        that has delivered nothing since start counts as caught up)."""
+        """Messages behind the partition ends, after the last processed offset.
+
+        A partition that holds data but has delivered nothing since it was assigned counts
+        as behind by its whole length for `STARTUP_GRACE_S`: otherwise, at start-up, time
+        taken from a partition that is already flowing would make the comms of a partition
+        not yet read look stuck (a false hang). After the grace period it counts as caught
+        up (a partition of finished jobs only, after a restart)."""
         total, per_topic = 0, {}
         consumer = app.consumer
+        mono = time.monotonic()
         for tp in consumer.assignment():
             if tp.topic not in names:
                 continue
             last = processed.get(tp)
-            lag = 0 if last is None else max(0, (consumer.highwater(tp) or 0) - (last + 1))
+            high = consumer.highwater(tp) or 0
+            if last is None:
+                first_seen = assigned_at.setdefault(tp, mono)
+                lag = high if mono - first_seen < STARTUP_GRACE_S else 0
+            else:
+                lag = max(0, high - (last + 1))
             per_topic[tp.topic] = per_topic.get(tp.topic, 0) + lag
             total += lag
         return total, per_topic
