@@ -6,22 +6,53 @@ Live workers and `commwatch replay` both call `decode_message`; whatever raises
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from commwatch import messages, topics
+from commwatch import messages, topics, wire
 from commwatch.capture import Message
-from commwatch.wire import WireError, decode_batch
+from commwatch.wire import WireError
+
+KEY_CACHE = 4096  # parsed `{job}/{comm}` keys kept; the cache is emptied when full
 
 
-@dataclass(frozen=True)
 class CallBatch:
-    """A decoded `cw.calls.v1` message."""
+    """A validated `cw.calls.v1` message: `count` records in `value` (the raw batch, header
+    included). `records` is the read-only record array, built on first use; the detector
+    joins raw bodies of many batches instead (`body()`), so small batches cost no numpy."""
 
-    job: str
-    comm: int
-    records: np.ndarray
+    __slots__ = ("job", "comm", "count", "value", "_records")
+
+    def __init__(self, job: str, comm: int, count: int, value: bytes):
+        self.job = job
+        self.comm = comm
+        self.count = count
+        self.value = value
+        self._records: np.ndarray | None = None
+
+    @property
+    def records(self) -> np.ndarray:
+        if self._records is None:
+            self._records = np.frombuffer(self.value, dtype=wire.RECORD_DTYPE, count=self.count,
+                                          offset=wire.BATCH_HEADER_SIZE)
+        return self._records
+
+    def body(self) -> memoryview:
+        """The records' bytes, without the batch header."""
+        return memoryview(self.value)[wire.BATCH_HEADER_SIZE:]
+
+
+_keys: dict = {}
+
+
+def _comm_key(key) -> tuple[str, int]:
+    """`topics.split_comm_key`, remembered per key: a node sends the same keys all run long."""
+    hit = _keys.get(key)
+    if hit is None:
+        hit = topics.split_comm_key(key)
+        if len(_keys) >= KEY_CACHE:
+            _keys.clear()
+        _keys[key] = hit
+    return hit
 
 
 def message_job(msg: Message) -> str:
@@ -35,8 +66,8 @@ def decode_message(msg: Message, max_bytes: int | None = None) -> CallBatch | di
     if max_bytes is not None and len(msg.value) > max_bytes:
         raise WireError("oversized", f"value of {len(msg.value)} bytes exceeds the {max_bytes}-byte limit")
     if msg.topic == topics.CALLS:
-        job, comm = topics.split_comm_key(msg.key)
-        return CallBatch(job, comm, decode_batch(msg.value, comm))
+        job, comm = _comm_key(msg.key)
+        return CallBatch(job, comm, wire.check_batch(msg.value, comm), msg.value)
     obj = messages.decode(msg.topic, msg.value)
     key_job = message_job(msg)
     if msg.topic == topics.PROGRESS:

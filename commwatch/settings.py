@@ -90,6 +90,7 @@ class Settings:
     slow_windows: int = _opt(2, minimum=1, doc="consecutive windows above slow_impact")
     window_instances: int = _opt(64, minimum=4, doc="collective instances per slow-detection window")
     resolve_after_s: float = _opt(10.0, minimum=0.0, doc="condition gone this long resolves an incident")
+    state_idle_s: float = _opt(600.0, minimum=1.0, doc="drop detector state of a comm or job idle this long")
     # --- agent / probes ----------------------------------------------------------------
     ring_dir: str = "/dev/shm/commwatch"
     job_id: str = ""

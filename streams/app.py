@@ -152,7 +152,7 @@ class Pipeline:
         self._seen(base, msg)
         decoded = decode_message(msg, self.settings.max_message_bytes)
         if isinstance(decoded, CallBatch):
-            self.metrics.records.inc(len(decoded.records))
+            self.metrics.records.inc(decoded.count)
             self.jobs.add(decoded.job)
         else:
             self.jobs.add(decoded["job"])

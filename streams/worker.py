@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 
 from commwatch.kafka import ensure_topics
 from commwatch.metrics import StreamMetrics, serve
@@ -31,6 +32,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from commwatch.streams.app import Pipeline, create_app, stream_topics
     from commwatch.streams.ledger import AlertLedger
 
+    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
     ensure_topics(settings, settings.kafka_bootstrap, stream_topics(settings))
     metrics = StreamMetrics()
     if not args.no_metrics:

@@ -27,8 +27,8 @@ from commwatch.streams.detect.windows import p2p_report, window_report
 
 TICK_NS = 500_000_000
 FLUSH_RECORDS = 8192
-VOID = np.dtype((np.void, wire.RECORD_SIZE))
 COMM_REPORT_NS = 5_000_000_000
+PRUNE_NS = 10_000_000_000  # idle state is looked for this often (event time)
 WAIT_REPORT_FRACTION = 0.2  # report a wait once it reaches this share of the hang threshold
 
 
@@ -49,6 +49,7 @@ class CommStage:
         self._last_tick = 0
         self._comm_reported: dict[tuple[str, int], int] = {}
         self._dirty: set[tuple[str, int]] = set()
+        self._last_prune = 0
 
     def state(self, job: str, comm: int) -> CommState:
         st = self.comms.get((job, comm))
@@ -67,10 +68,12 @@ class CommStage:
     def feed_calls(self, batch: CallBatch, now_ns: int) -> list[dict]:
         """Buffer the batch; small batches of one comm are folded in together (at a tick or
         once `FLUSH_RECORDS` are pending), so the per-batch numpy overhead is paid rarely."""
-        st = self.state(batch.job, batch.comm)
-        st.pending.append(batch.records)
-        st.pending_n += len(batch.records)
-        self._dirty.add((batch.job, batch.comm))
+        key = (batch.job, batch.comm)
+        st = self.comms.get(key) or self.state(batch.job, batch.comm)
+        st.last_seen_ns = now_ns
+        st.pending.append(batch.body())
+        st.pending_n += batch.count
+        self._dirty.add(key)
         if st.pending_n >= FLUSH_RECORDS:
             return self._flush(st, now_ns)
         return []
@@ -79,10 +82,7 @@ class CommStage:
         self._dirty.discard((st.job, st.comm))
         if not st.pending:
             return []
-        if len(st.pending) == 1:
-            recs = st.pending[0]
-        else:  # as raw 64-byte items: concatenating structured arrays promotes fields (slow)
-            recs = np.concatenate([p.view(VOID) for p in st.pending]).view(wire.RECORD_DTYPE)
+        recs = np.frombuffer(b"".join(st.pending), dtype=wire.RECORD_DTYPE)  # raw bodies: one copy
         st.pending, st.pending_n = [], 0
         out: list[dict] = []
         for a, b in st.apply_records(recs):
@@ -98,6 +98,7 @@ class CommStage:
     def feed_progress(self, hb: dict, now_ns: int) -> list[dict]:
         job, node = hb["job"], hb["node"]
         st = self.state(job, int(hb["comm"], 16))
+        st.last_seen_ns = now_ns
         ts = hb["ts_ns"]
         ranks = []
         for r in hb["ranks"]:
@@ -150,7 +151,22 @@ class CommStage:
             elif key in self._waiting:
                 self._waiting.discard(key)
                 out.append({"type": "wait_clear", "job": st.job, "ts_ns": int(now_ns), "comm": st.hex})
+        if now_ns - self._last_prune >= PRUNE_NS:
+            self._last_prune = now_ns
+            self.prune(now_ns)
         return out
+
+    def prune(self, now_ns: int) -> None:
+        """Forget comms and nodes with no calls or heartbeats for `state_idle_s` (a job that
+        ended, a comm destroyed), so state follows the live comms, not the run's history.
+        A comm still in a wait is kept: its hang stays reported until it clears."""
+        idle = self.settings.state_idle_s * 1e9
+        for key in [k for k, st in self.comms.items() if now_ns - st.last_seen_ns >= idle and k not in self._waiting]:
+            del self.comms[key]
+            self._comm_reported.pop(key, None)
+            self._dirty.discard(key)
+        for key in [k for k, ts in self._node_seen.items() if now_ns - ts >= idle]:
+            del self._node_seen[key]
 
     def comm_report(self, st: CommState, now_ns: int) -> dict:
         p50, _ = st.gap_quantiles()

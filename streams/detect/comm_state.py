@@ -12,9 +12,12 @@ instance, per window or per distinct (rank, peer, op), never per record.
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 
 from commwatch import wire
+from commwatch.streams.detect.p2p_waits import P2PWaits
 from commwatch.wire import WireError
 
 GAP_RING = 512
@@ -24,6 +27,16 @@ MIN_SLOTS = 16
 MAX_SEQ = 1 << 62  # seq beyond this is not a real count: dropped
 GAP_REFRESH = 64
 WINDOW_MIN_NS = 1_000_000_000  # a window covers at least this much event time
+
+
+def _footprint(obj, depth: int = 0) -> int:
+    if isinstance(obj, np.ndarray):
+        return obj.nbytes
+    if isinstance(obj, (dict, list, set, tuple, deque)):
+        return len(obj)
+    if depth < 2 and hasattr(obj, "__dict__"):
+        return sum(_footprint(v, depth + 1) for v in vars(obj).values())
+    return 0
 
 
 class CommState:
@@ -67,8 +80,10 @@ class CommState:
         self.last_progress_ns = 0
         self.p2p_win_start = 0
         self.offset_windows = 0
-        self.pending: list[np.ndarray] = []
+        self.pending: list[memoryview] = []  # raw record bodies of call batches not yet applied
         self.pending_n = 0
+        self.last_seen_ns = 0  # event time of the last call batch or heartbeat (idle comms are dropped)
+        self.p2p_waits = P2PWaits()  # paired SEND/RECV waits per window (p2p_waits.py)
 
     # ------------------------------------------------------------------------------
     def grow(self, n: int) -> None:
@@ -101,6 +116,11 @@ class CommState:
         self.en = np.concatenate([self.en, np.zeros((self.slots, add), np.int64)], axis=1)
         self.n = n
 
+    def footprint(self) -> int:
+        """Bytes held in arrays plus entries held in containers (a size that must not grow
+        with the length of a run, only with the comm's size and the window)."""
+        return _footprint(self)
+
     def members(self) -> list[int]:
         return [int(r) for r in self.rank_of if r >= 0]
 
@@ -119,24 +139,30 @@ class CommState:
                 recs = recs[sane]
         kinds = recs["kind"]
         cr_all = recs["comm_rank"].astype(np.int64)
-        ok = (cr_all >= 0) & (cr_all < self.n)
-        known = ok & (recs["rank"] >= 0)
-        if known.any():
-            self.rank_of[cr_all[known]] = recs["rank"][known]
-        init = ok & (kinds == wire.KIND_COMM_INIT)
-        if init.any():
-            self.nnodes = max(self.nnodes, int(recs["aux"][init].max()))
-        calls = ok & (kinds == wire.KIND_CALL)
-        if len(self.g2c) < int((self.rank_of >= 0).sum()):
+        rank = recs["rank"]
+        if len(recs) and kinds.min() == wire.KIND_CALL == kinds.max() and cr_all.min() >= 0 and rank.min() >= 0:
+            # the usual batch: calls of known ranks only, no masks needed
+            self.rank_of[cr_all] = rank
+            c, cr = recs, cr_all
+        else:
+            ok = (cr_all >= 0) & (cr_all < self.n)
+            known = ok & (rank >= 0)
+            if known.any():
+                self.rank_of[cr_all[known]] = rank[known]
+            init = ok & (kinds == wire.KIND_COMM_INIT)
+            if init.any():
+                self.nnodes = max(self.nnodes, int(recs["aux"][init].max()))
+            calls = ok & (kinds == wire.KIND_CALL)
+            c, cr = recs[calls], cr_all[calls]
+        if len(self.g2c) < int(np.count_nonzero(self.rank_of >= 0)):
             self.g2c = {g: i for i, g in enumerate(self.rank_of.tolist()) if g >= 0}
-        if not calls.any():
+        if not len(c):
             return []
-        c = recs[calls]
-        cr = cr_all[calls]
         self._gaps(cr, c["t_start_ns"])
         p2p = (c["op"] == wire.OP_SEND) | (c["op"] == wire.OP_RECV)
         if p2p.any():
             self._apply_p2p(c[p2p], cr[p2p])
+            self._p2p_waits_add(c[p2p], cr[p2p])
         coll = ~p2p
         if not coll.any():
             return []
@@ -145,15 +171,16 @@ class CommState:
     def _gaps(self, cr: np.ndarray, ts: np.ndarray) -> None:
         order = np.lexsort((ts, cr))
         cr_s, ts_s = cr[order], ts[order]
+        step = cr_s[1:] != cr_s[:-1]
         first = np.ones(len(cr_s), bool)
-        first[1:] = cr_s[1:] != cr_s[:-1]
+        first[1:] = step
         prev = np.empty_like(ts_s)
         prev[1:] = ts_s[:-1]
         prev[first] = self.last_start[cr_s[first]]
         gap = (ts_s - prev).astype(np.float64)
         good = (prev > 0) & (gap > 0)
         last = np.ones(len(cr_s), bool)
-        last[:-1] = cr_s[1:] != cr_s[:-1]
+        last[:-1] = step
         self.last_start[cr_s[last]] = np.maximum(self.last_start[cr_s[last]], ts_s[last])
         g = gap[good]
         if len(g) > GAP_RING:
@@ -207,6 +234,15 @@ class CommState:
             cs = comp.get(k)
             if cs is not None and cs > st[1]:
                 st[1] = cs
+
+    # --- P2P wait accounting (slow-rank detection; see p2p_waits.py) ---------------
+    def _p2p_waits_add(self, c: np.ndarray, cr: np.ndarray) -> None:
+        done = (c["flags"] & wire.FLAG_COMPLETED) != 0
+        if done.any():
+            c = c[done]
+            dur = np.maximum(c["t_end_ns"].astype(np.int64) - c["t_start_ns"].astype(np.int64), 0)
+            self.p2p_waits.add(cr[done], c["peer"], c["op"] == wire.OP_RECV, c["seq"], dur)
+    # --------------------------------------------------------------------------------
 
     def _apply_collectives(self, c: np.ndarray, cr: np.ndarray) -> list[tuple[int, int]]:
         seq = c["seq"].astype(np.int64)

@@ -21,6 +21,7 @@ from commwatch.settings import Settings
 from commwatch.streams.detect.comm_stage import CommStage
 from commwatch.streams.detect.job_stage import JobStage
 
+PRUNE_NS = 10_000_000_000  # idle jobs are looked for this often (event time)
 WINDOW_BACKLOG = 4096  # window reports kept for `window_stats()` between drains
 
 ROW_FIELDS = ("lag_ms", "last_share", "impact", "own")
@@ -36,6 +37,8 @@ class Detector:
         self.stats: Counter = Counter()
         self.now_ns = 0
         self._windows: deque = deque(maxlen=WINDOW_BACKLOG)
+        self._job_seen: dict[str, int] = {}
+        self._last_prune = 0
 
     def feed(self, msg: Message) -> list[dict]:
         if msg.topic == topics.ALERTS:
@@ -45,11 +48,17 @@ class Detector:
 
     def feed_decoded(self, msg: Message, decoded) -> list[dict]:
         """As `feed`, for a message decoded already (`decode_message`'s result)."""
-        self.now_ns = max(self.now_ns, msg.ts_ns)
+        if msg.ts_ns > self.now_ns:
+            self.now_ns = msg.ts_ns
         self.stats["messages"] += 1
-        if msg.topic in (topics.CALLS, topics.PROGRESS):
-            if isinstance(decoded, CallBatch):
-                self.stats["records"] += len(decoded.records)
+        if isinstance(decoded, CallBatch):  # the hot path: most messages are small call batches
+            self.stats["records"] += decoded.count
+            self._job_seen[decoded.job] = self.now_ns
+            reports = self.comm_stage.feed_calls(decoded, self.now_ns)
+            return self._reports(reports) if reports else reports
+        if isinstance(decoded, dict) and isinstance(decoded.get("job"), str):
+            self._job_seen[decoded["job"]] = self.now_ns
+        if msg.topic == topics.PROGRESS:
             return self._reports(self.comm_stage.feed(msg, decoded, self.now_ns))
         return self.job_stage.feed(msg, decoded, self.now_ns)
 
@@ -65,7 +74,20 @@ class Detector:
         self.now_ns = max(self.now_ns, now_ns)
         out = self._reports(self.comm_stage.tick(self.now_ns))
         out.extend(self.job_stage.tick(self.now_ns))
+        if self.now_ns - self._last_prune >= PRUNE_NS:
+            self._last_prune = self.now_ns
+            self.prune_jobs(self.now_ns)
         return out
+
+    def prune_jobs(self, now_ns: int) -> None:
+        """Forget jobs with no message for `state_idle_s` and no open incident (comms are
+        pruned by the comm stage itself)."""
+        idle = self.settings.state_idle_s * 1e9
+        for job in [j for j, t in self._job_seen.items() if now_ns - t >= idle]:
+            js = self.job_stage.jobs.get(job)
+            if js is None or not js.book.open:
+                self.job_stage.jobs.pop(job, None)
+                del self._job_seen[job]
 
     # ------------------------------------------------------------------------------
     def health(self, job: str) -> dict:

@@ -249,7 +249,8 @@ class JobStage:
                 ("slow_rank", rank), now_ns, kind="slow_rank", severity=sev, culprit_ranks=[rank],
                 culprit_nodes=self.nodes_of(js, [rank]), comm=ev["comms"][0]["comm"] if ev["comms"] else "",
                 summary=f"rank {rank} arrives late in {len(ev['comms'])} comm(s); its peers lose "
-                        f"{impact * 100:.0f}% of their time waiting on it",
+                        f"{impact * 100:.0f}% of their time waiting on it"
+                        + (f" (it runs {ev['slowdown'] * 100:.0f}% slower)" if ev.get("slowdown") else ""),
                 evidence=ev, id_hint=f"{rank}-{now_ns}"))
         links = js.slow.slow_links(now_ns, fresh, set(found))
         if links:

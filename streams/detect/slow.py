@@ -28,6 +28,8 @@ LEARN = 0.1  # weight of a new normal window in the learned baselines
 GRACE = 3  # windows of a comm before its baselines are trusted
 OWN_DECAY = 0.5  # waiting on others is remembered for a few windows (victims recover last)
 SLOW_MIN_NS = 3e9  # lateness must last this long (event time) before it is a slow rank
+FAST_FACTOR = 2.0  # a median slowdown this many times `slow_impact` ...
+FAST_INSTANCES = 8  # ... over at least this many instances of a window opens without waiting SLOW_MIN_NS
 LINK_FACTOR = 1.5
 LINK_MIN_MS = 1.0
 
@@ -51,6 +53,8 @@ class CommSlow:
     base_xfer: float = -1.0
     xfer_ms: float = 0.0
     link_streak: int = 0
+    slowdown: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    wall: np.ndarray = field(default_factory=lambda: np.zeros(0))  # impact as reported (share of wall time)
     scorers: dict = field(default_factory=dict)
     lag_score: dict = field(default_factory=dict)
 
@@ -76,27 +80,44 @@ class SlowTracker:
         cs.ranks = np.asarray(rep["ranks"])
         return cs
 
-    def window(self, rep: dict) -> None:
-        cs = self._comm(self.comms, rep)
+    def _excess(self, cs: CommSlow, rep: dict, learn_first: bool = False) -> np.ndarray:
+        """Impact and own waiting over the learned normal; returns the ranks hot now.
+
+        `learn_first`: the mean impact of the first `GRACE` windows is the normal (structural
+        waits, such as a pipeline's bubbles), and no rank is hot before."""
         impact = np.asarray(rep["impact"], float)
         own = np.asarray(rep["own"], float)
-        if cs.windows == 0:
+        if learn_first and cs.windows < GRACE:  # the mean of the first windows is the normal
+            cs.base_impact += (impact - cs.base_impact) / (cs.windows + 1)
+        elif cs.windows == 0:
             cs.base_impact[:] = np.minimum(impact, self.slow_impact / 2)
+        if cs.windows == 0:
             cs.base_own[:] = np.minimum(own, np.median(own))
         cs.impact_ex = impact - cs.base_impact
         cs.own_ex = np.maximum(own - cs.base_own, OWN_DECAY * cs.own_ex)
         hot = cs.impact_ex >= self.slow_impact
+        if learn_first and cs.windows < GRACE:
+            hot[:] = False
         cs.hot_since = np.where(hot & (cs.streak == 0), float(rep["ts_ns"] - rep["span_ns"]), cs.hot_since)
         cs.streak = np.where(hot, cs.streak + 1, 0)
         normal_i = cs.impact_ex < self.slow_impact / 2
         cs.base_impact[normal_i] += LEARN * (impact[normal_i] - cs.base_impact[normal_i])
         normal_o = own - cs.base_own < self.slow_impact / 2
         cs.base_own[normal_o] += LEARN * (own[normal_o] - cs.base_own[normal_o])
+        cs.windows += 1
+        cs.ts_ns, cs.span_ns = rep["ts_ns"], rep["span_ns"]
+        return hot
+
+    def window(self, rep: dict) -> None:
+        cs = self._comm(self.comms, rep)
+        cs.slowdown = np.asarray(rep.get("slowdown", np.zeros(len(cs.ranks))), float)
+        cs.wall = np.asarray(rep["impact"], float)
+        # late by a share of the wall time (impact) or of its peers' compute time (slowdown)
+        hot = self._excess(cs, {**rep, "impact": np.maximum(np.asarray(rep["impact"], float), cs.slowdown)})
         cs.lag_ms = np.asarray(rep["lag_ms"], float)
         cs.last_share = np.asarray(rep["last_share"], float)
-        cs.windows += 1
         cs.instances = rep["instances"]
-        cs.ts_ns, cs.span_ns, cs.nodes = rep["ts_ns"], rep["span_ns"], rep.get("nodes", [])
+        cs.nodes = rep.get("nodes", [])
         self._score_lag(cs, hot)
         xfer = float(rep.get("xfer_ms", 0.0))
         cs.xfer_ms = xfer
@@ -127,17 +148,8 @@ class SlowTracker:
                 sc.learn_one(None, float(cs.lag_ms[i]))
 
     def p2p_window(self, rep: dict) -> None:
-        cs = self._comm(self.p2p, rep)
-        own = np.asarray(rep["own"], float)
-        if cs.windows == 0:
-            cs.base_own[:] = own
-        # in a pipeline everyone waits on the bottleneck stage, which waits least: compare with the least
-        ex = own - cs.base_own
-        cs.own_ex = np.maximum(ex - ex.min(), OWN_DECAY * cs.own_ex)
-        normal = ex < self.slow_impact / 2
-        cs.base_own[normal] += LEARN * (own[normal] - cs.base_own[normal])
-        cs.windows += 1
-        cs.ts_ns = rep["ts_ns"]
+        """Waits in SEND/RECV pairs: `impact` is the waiting a rank caused, chained to the root."""
+        self._excess(self._comm(self.p2p, rep), rep, learn_first=True)
 
     # ------------------------------------------------------------------------------
     def culprits(self, now_ns: int, fresh_ns: int, keep: set[int] = frozenset()) -> dict[int, dict]:
@@ -150,7 +162,11 @@ class SlowTracker:
         streak: dict[int, int] = {}
         where: dict[int, list] = {}
         own: dict[int, float] = {}
-        for comm, cs in self.comms.items():
+        cost: dict[int, float] = {}
+        slower: dict[int, float] = {}
+        tables = [(comm, cs, False) for comm, cs in self.comms.items()]
+        tables += [(comm, cs, True) for comm, cs in self.p2p.items()]
+        for comm, cs, p2p in tables:
             if now_ns - cs.ts_ns > fresh_ns:
                 continue
             sel = cs.streak > 0
@@ -160,30 +176,55 @@ class SlowTracker:
                 r = int(cs.ranks[i])
                 if cs.impact_ex[i] > impact.get(r, 0.0):
                     impact[r] = float(cs.impact_ex[i])
+                # what its peers lose (wall time), apart from how much slower it is than they are
+                cost[r] = max(cost.get(r, 0.0), float(cs.impact_ex[i] if p2p else min(cs.impact_ex[i], cs.wall[i])))
+                if not p2p:
+                    slower[r] = max(slower.get(r, 0.0), float(cs.slowdown[i]))
                 s = int(cs.streak[i])
-                if cs.ts_ns - cs.hot_since[i] < SLOW_MIN_NS:
+                strong = (not p2p and s > 0 and cs.instances >= FAST_INSTANCES
+                          and min(cs.slowdown[i], cs.impact_ex[i]) >= FAST_FACTOR * self.slow_impact)
+                if strong:
+                    s = max(s, self.slow_windows)  # late by much in most instances: no pause does that
+                elif cs.ts_ns - cs.hot_since[i] < SLOW_MIN_NS:
                     s = 0  # too short yet: a GC pause may straddle two windows
                 streak[r] = max(streak.get(r, 0), s)
-                where.setdefault(r, []).append(
-                    {"comm": comm, "impact": round(float(cs.impact_ex[i]), 4), "lag_ms": float(cs.lag_ms[i]),
-                     "last_share": float(cs.last_share[i]), "lag_score": cs.lag_score.get(r)})
+                ev = {"comm": comm, "impact": round(float(cs.impact_ex[i]), 4)}
+                if p2p:  # the waiting it caused in SEND/RECV pairs, chained through the pipeline
+                    ev["p2p"] = True
+                else:
+                    ev.update(lag_ms=float(cs.lag_ms[i]), last_share=float(cs.last_share[i]),
+                              slowdown=round(float(cs.slowdown[i]), 4), lag_score=cs.lag_score.get(r))
+                where.setdefault(r, []).append(ev)
         if not impact:
             return {}
         suspects = {r for r, s in streak.items() if s >= self.slow_windows and impact[r] >= self.slow_impact}
         suspects |= {r for r in keep if impact.get(r, 0.0) >= self.slow_impact / 2}
         if not suspects:
             return {}
-        for cs in list(self.comms.values()) + list(self.p2p.values()):
+        waits_on_late: set[int] = set()
+        coll_impact: dict[int, float] = {}
+        half = self.slow_impact / 2
+        for _, cs, p2p in tables:
             if now_ns - cs.ts_ns > fresh_ns:
                 continue
+            top2 = np.sort(cs.impact_ex)[-2:]
             for i in np.flatnonzero(np.isin(cs.ranks, list(suspects))).tolist():
                 r = int(cs.ranks[i])
                 own[r] = max(own.get(r, 0.0), float(cs.own_ex[i]))
+                if not p2p:
+                    coll_impact[r] = max(coll_impact.get(r, -1.0), float(cs.impact_ex[i]))
+                latest_other = top2[0] if len(top2) > 1 and cs.impact_ex[i] >= top2[-1] else top2[-1]
+                if cs.own_ex[i] >= half and latest_other >= max(self.slow_impact, 2 * cs.impact_ex[i]):
+                    waits_on_late.add(r)  # in this group it waits on a peer far later than itself
         out = {}
         for r in sorted(suspects):
-            if own.get(r, 0.0) >= 0.5 * impact[r] and r not in keep:
-                continue  # it waits on someone else: a victim
-            out[r] = {"impact": round(impact[r], 4), "own_wait": round(own.get(r, 0.0), 4), "comms": where[r]}
+            if r not in keep:
+                if own.get(r, 0.0) >= 0.5 * impact[r] or r in waits_on_late:
+                    continue  # it waits on someone else: a victim
+                if coll_impact.get(r, half) < half:
+                    continue  # late in its pipeline only, on time in its collectives: not slow itself
+            out[r] = {"impact": round(cost[r], 4), "slowdown": round(slower.get(r, 0.0), 4),
+                      "own_wait": round(own.get(r, 0.0), 4), "comms": where[r]}
         # suspects of one pipeline: the bottleneck stage is the one that waits least in P2P
         for cs in self.p2p.values():
             both = [i for i in np.flatnonzero(np.isin(cs.ranks, list(out))).tolist() if int(cs.ranks[i]) not in keep]

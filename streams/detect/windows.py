@@ -9,7 +9,9 @@ arrival lag against its peers, free of clock skew.
 Per rank and window: `lag_ms` (mean lag against the instance median), `last_share`
 (share of instances it arrived last), `impact` (time all peers waited on it alone, i.e.
 last arrival minus second-last, summed, over the window's span: the share of wall time it
-cost) and `own` (time it waited on others, over the span: high for victims).
+cost), `own` (time it waited on others, over the span: high for victims) and `slowdown`
+(median over instances of its lateness over the time its peers took since the previous
+instance: 0.6 for a rank computing 1.6x slower, however idle the comm is otherwise).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import numpy as np
 from commwatch.streams.detect.comm_state import CommState
 
 OFFSET_BLEND = 0.3
+MIN_INTERVAL_NS = 100_000.0  # shorter gaps between instances are not compute: no ratio
+SLOWDOWN_MIN_INSTANCES = 4
 
 
 def _r(a: np.ndarray, nd: int = 4) -> list[float]:
@@ -59,6 +63,7 @@ def window_report(state: CommState, a: int, b: int, now_ns: int) -> dict | None:
     span = max(span, 1.0)
     state.prev_win_anchor = anchor_end
     xfer = np.median(ce, axis=1) - smax
+    slowdown = _slowdown(np.median(ce, axis=1), second, lastwait, last, n)
     return {
         "type": "window",
         "job": state.job,
@@ -72,21 +77,40 @@ def window_report(state: CommState, a: int, b: int, now_ns: int) -> dict | None:
         "last_share": _r(np.bincount(last, minlength=n) / k, 3),
         "impact": _r(np.bincount(last, weights=lastwait, minlength=n) / span),
         "own": _r(wait.sum(axis=0) / span),
+        "slowdown": _r(slowdown),
         "xfer_ms": round(float(np.median(xfer)) / 1e6, 3),
         "bytes": float(np.median(state.bytes[rows])),
         "nodes": state.nodes(),
     }
 
 
+def _slowdown(done: np.ndarray, second: np.ndarray, lastwait: np.ndarray, last: np.ndarray, n: int) -> np.ndarray:
+    """Per rank, the median over instances of how much longer it took than its peers to get
+    from the previous instance's completion to this one: its lateness over the peers' time
+    (0 where it was not last). Bubbles and idle time do not dilute it, and one pause (a GC
+    blip) moves one instance, not the median."""
+    k = len(done)
+    if k <= SLOWDOWN_MIN_INSTANCES:  # too few instances for a median to ignore one pause
+        return np.zeros(n)
+    interval = np.maximum(second[1:] - done[:-1], MIN_INTERVAL_NS)
+    per = np.zeros((k - 1, n))
+    per[np.arange(k - 1), last[1:]] = lastwait[1:] / interval
+    return np.median(per, axis=0)
+
+
 def p2p_report(state: CommState, now_ns: int) -> dict | None:
-    """Share of the elapsed time each rank spent inside P2P calls since the last report."""
+    """Who waited on whom in SEND/RECV pairs since the last report (`p2p_waits.py`).
+
+    Per rank: `impact` (the waiting it caused its peers, chained to the root, over the
+    span and the number of peers: the share of an average peer's time lost on it) and
+    `own` (the time it waited on others, over the span).
+    """
     span = now_ns - state.p2p_win_start
     if state.p2p_win_start == 0 or span <= 0:
         state.p2p_win_start = now_ns
-        state.p2p_dur[:] = 0.0
+        state.p2p_waits.close(state.n)
         return None
-    own = state.p2p_dur / span
-    state.p2p_dur[:] = 0.0
+    blame, own = state.p2p_waits.close(state.n)
     state.p2p_win_start = now_ns
     return {
         "type": "p2p_window",
@@ -95,5 +119,6 @@ def p2p_report(state: CommState, now_ns: int) -> dict | None:
         "comm": state.hex,
         "span_ns": int(span),
         "ranks": state.rank_of.tolist(),
-        "own": _r(own),
+        "impact": _r(blame / span / max(1, state.n - 1)),
+        "own": _r(own / span),
     }
