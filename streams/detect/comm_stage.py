@@ -3,7 +3,7 @@
 Reports (JSON-able dicts, each with "type", "job", "ts_ns"):
 
 - `window`: per-rank window features of a communicator (see `windows.py`).
-- `p2p_window`: per-rank share of time spent inside P2P calls.
+- `p2p_window`: per-rank waits in paired SEND/RECV calls: `impact` (waiting caused, chained), `own`.
 - `wait`: ranks inside a call for a while: `comm`, `seq`, `op`, `since_ns`, `p2p_seq`
   (when only P2P waits: `op` is what the missing peer never entered, `seq` is -1),
   `threshold_ns`, `inside` ([[rank, since_ns, peer_rank], ...], peer -1 for collectives),

@@ -1,18 +1,23 @@
 """Slow ranks and slow links from stage-1 window reports (stage 2, one job).
 
 Per (comm, rank) the tracker keeps the latest window's *excess* over the rank's own
-normal: `impact` (share of wall time its peers waited on it alone) and `own` (share of
-wall time it waited on others, collectives and P2P). The normal is learned online, only
-from windows that do not look anomalous, so a fault does not teach itself as normal; a
-river `GaussianScorer` per (comm, rank) scores the window's mean lag against the rank's
-history (evidence: how unusual the lag is for that rank).
+normal: for collectives the larger of `impact` (share of wall time its peers waited on it
+alone) and `slowdown` (its median lateness over its peers' time between instances: not
+diluted by pipeline bubbles, not moved by one pause); for SEND/RECV comms the waiting it
+caused its pipeline, chained to the root (`p2p_waits.py`); and `own` (share of wall time it
+waited on others). The normal is learned online, only from windows that do not look
+anomalous, so a fault does not teach itself as normal (P2P comms learn their first windows
+as normal: a pipeline's bubbles are structural waits); a river `GaussianScorer` per
+(comm, rank) scores the window's mean lag against the rank's history (evidence).
 
-A culprit is late in every comm it belongs to and waits on nobody: its impact stays
+A culprit is late in every group it belongs to and waits on nobody: its excess stays
 >= `slow_impact` for `slow_windows` consecutive windows of a comm and `SLOW_MIN_NS` (a GC
-blip lasts one or two windows), and its own waiting excess (collectives and P2P) stays
-under half its impact: its TP peers and the other stages of its pipeline wait on it, so
-they are not culprits. Among suspects of one pipeline, the one that waits least in P2P is
-the cause.
+blip lasts one or two windows; `P2P_MIN_NS` for P2P comms), or at once when its median
+slowdown is large over many instances. It is a victim, not a culprit, when it waits on a
+far later peer in any group (its TP peers wait on it in TP; the other stages wait on it in
+P2P), when its own waiting reaches half its impact, or when it is late in its pipeline only
+and on time in its collectives. Among suspects of one pipeline, the one that waits least
+in P2P is the cause.
 
 A slow link: a multi-node comm's transfer time (last arrival to completion) rises well
 above its normal for consecutive windows while none of its ranks arrives late.
@@ -28,6 +33,7 @@ LEARN = 0.1  # weight of a new normal window in the learned baselines
 GRACE = 3  # windows of a comm before its baselines are trusted
 OWN_DECAY = 0.5  # waiting on others is remembered for a few windows (victims recover last)
 SLOW_MIN_NS = 3e9  # lateness must last this long (event time) before it is a slow rank
+P2P_MIN_NS = 6e9  # the same for the waits a rank causes in SEND/RECV pairs (windows not aligned to iterations)
 FAST_FACTOR = 2.0  # a median slowdown this many times `slow_impact` ...
 FAST_INSTANCES = 8  # ... over at least this many instances of a window opens without waiting SLOW_MIN_NS
 LINK_FACTOR = 1.5
@@ -185,8 +191,8 @@ class SlowTracker:
                           and min(cs.slowdown[i], cs.impact_ex[i]) >= FAST_FACTOR * self.slow_impact)
                 if strong:
                     s = max(s, self.slow_windows)  # late by much in most instances: no pause does that
-                elif cs.ts_ns - cs.hot_since[i] < SLOW_MIN_NS:
-                    s = 0  # too short yet: a GC pause may straddle two windows
+                elif cs.ts_ns - cs.hot_since[i] < (P2P_MIN_NS if p2p else SLOW_MIN_NS):
+                    s = 0  # too short yet: a GC pause may straddle two windows, a pipeline's phase shift a few
                 streak[r] = max(streak.get(r, 0), s)
                 ev = {"comm": comm, "impact": round(float(cs.impact_ex[i]), 4)}
                 if p2p:  # the waiting it caused in SEND/RECV pairs, chained through the pipeline
