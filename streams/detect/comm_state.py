@@ -52,7 +52,6 @@ class CommState:
         self.t_in = np.zeros(0, np.int64)
         self.last_start = np.zeros(0, np.int64)
         self.offsets = np.zeros(0, np.float64)
-        self.p2p_dur = np.zeros(0, np.float64)
         self.g2c: dict[int, int] = {}
         self.node_of: dict[int, str] = {}
         self.op_of_seq = 0
@@ -111,7 +110,6 @@ class CommState:
         self.t_in = ext(self.t_in, 0)
         self.last_start = ext(self.last_start, 0)
         self.offsets = ext(self.offsets, 0.0)
-        self.p2p_dur = ext(self.p2p_dur, 0.0)
         self.st = np.concatenate([self.st, np.zeros((self.slots, add), np.int64)], axis=1)
         self.en = np.concatenate([self.en, np.zeros((self.slots, add), np.int64)], axis=1)
         self.n = n
@@ -207,9 +205,6 @@ class CommState:
         is_recv = (c["op"] == wire.OP_RECV).astype(np.int64)
         peer = c["peer"].astype(np.int64)
         done = (c["flags"] & wire.FLAG_COMPLETED) != 0
-        if done.any():
-            dur = (c["t_end_ns"][done] - c["t_start_ns"][done]).astype(np.float64)
-            np.add.at(self.p2p_dur, cr[done], np.maximum(dur, 0.0))
         key = (cr << 33) | ((peer & 0xFFFFFFFF) << 1) | is_recv
         order = np.lexsort((seq, key))
         key_s, seq_s = key[order], seq[order]

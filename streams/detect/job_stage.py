@@ -159,7 +159,7 @@ class JobStage:
                     ("node_lost", node), now_ns, kind="node_lost", severity="P0", culprit_ranks=ranks,
                     culprit_nodes=[node], comm="",
                     summary=f"no heartbeat from {node} for {(now_ns - seen) / 1e9:.1f} s ({len(ranks)} ranks)",
-                    evidence={"last_heartbeat_ns": seen, "silent_s": round((now_ns - seen) / 1e9, 1)},
+                    evidence={"last_heartbeat_ns": seen, "silent_s": round((now_ns - seen) / 1e9, 1), "onset_ns": seen},
                     id_hint=f"{node}-{now_ns}"))
         return lost
 
@@ -185,7 +185,8 @@ class JobStage:
                 culprit_nodes=nodes, comm=comm,
                 summary=f"all {len(ranks)} members entered {w['op']} #{w['seq']} on comm {comm[:4]}.. and none "
                         f"completes for {age:.1f} s (nodes {', '.join(nodes) or '?'})",
-                evidence={"seq": w["seq"], "op": w["op"], "waited_s": round(age, 1), "ranks": ranks},
+                evidence={"seq": w["seq"], "op": w["op"], "waited_s": round(age, 1), "ranks": ranks,
+                          "onset_ns": int(w["since_ns"])},
                 id_hint=f"{comm}-{w['seq']}"))
         if not roots:
             return
@@ -203,7 +204,8 @@ class JobStage:
                     f"#{seq if seq >= 0 else w.get('p2p_seq', -1)} on comm "
                     f"{comm[:4]}..; {len(waiting)} ranks waiting {oldest / 1e9:.1f} s",
             evidence={"seq": seq, "op": w["op"], "waiting_ranks": len(waiting), "waited_s": round(oldest / 1e9, 1),
-                      "threshold_s": round(w["threshold_ns"] / 1e9, 2), "blocked_comms": reached},
+                      "threshold_s": round(w["threshold_ns"] / 1e9, 2), "blocked_comms": reached,
+                      "onset_ns": int(now_ns - oldest)},
             id_hint=f"{comm}-{seq if seq >= 0 else 'p2p'}"))
 
     def _stalled(self, js: JobState, now_ns: int, out: list) -> None:
@@ -221,7 +223,7 @@ class JobStage:
             out.extend(js.book.assert_(
                 ("job_stalled",), now_ns, kind="job_stalled", severity="P2", culprit_ranks=[], culprit_nodes=[],
                 comm="", summary=f"no rank inside a call and no progress for {idle / 1e9:.0f} s",
-                evidence={"idle_s": round(idle / 1e9, 1), "limit_s": round(need / 1e9, 1)},
+                evidence={"idle_s": round(idle / 1e9, 1), "limit_s": round(need / 1e9, 1), "onset_ns": int(last)},
                 id_hint=f"{now_ns}"))
 
     def _slow(self, js: JobState, now_ns: int, out: list) -> None:

@@ -170,6 +170,7 @@ class SlowTracker:
         own: dict[int, float] = {}
         cost: dict[int, float] = {}
         slower: dict[int, float] = {}
+        onset: dict[int, int] = {}
         tables = [(comm, cs, False) for comm, cs in self.comms.items()]
         tables += [(comm, cs, True) for comm, cs in self.p2p.items()]
         for comm, cs, p2p in tables:
@@ -194,6 +195,8 @@ class SlowTracker:
                 elif cs.ts_ns - cs.hot_since[i] < (P2P_MIN_NS if p2p else SLOW_MIN_NS):
                     s = 0  # too short yet: a GC pause may straddle two windows, a pipeline's phase shift a few
                 streak[r] = max(streak.get(r, 0), s)
+                if cs.streak[i] > 0:  # lateness began with the window that first showed it
+                    onset[r] = min(onset.get(r, cs.ts_ns), int(cs.hot_since[i]))
                 ev = {"comm": comm, "impact": round(float(cs.impact_ex[i]), 4)}
                 if p2p:  # the waiting it caused in SEND/RECV pairs, chained through the pipeline
                     ev["p2p"] = True
@@ -231,6 +234,8 @@ class SlowTracker:
                     continue  # late in its pipeline only, on time in its collectives: not slow itself
             out[r] = {"impact": round(cost[r], 4), "slowdown": round(slower.get(r, 0.0), 4),
                       "own_wait": round(own.get(r, 0.0), 4), "comms": where[r]}
+            if r in onset:
+                out[r]["onset_ns"] = onset[r]
         # suspects of one pipeline: the bottleneck stage is the one that waits least in P2P
         for cs in self.p2p.values():
             both = [i for i in np.flatnonzero(np.isin(cs.ranks, list(out))).tolist() if int(cs.ranks[i]) not in keep]

@@ -26,6 +26,7 @@ def test_hang_names_the_rank_that_never_entered_not_its_victims(settings):
     assert inc["incident"] == f"j1-hang-{TP:016x}-8" and inc["severity"] == "P0"
     delay = (inc["opened_ns"] - t) / S
     assert 5.0 <= delay <= 7.0  # threshold (floor 5 s) + at most a heartbeat and a tick
+    assert abs(inc["evidence"]["onset_ns"] - t) < 100 * MS  # time to detect is queryable
 
 
 def test_hang_culprit_found_through_another_comm(settings):

@@ -28,6 +28,7 @@ def test_slow_rank_is_the_culprit_not_its_victims_despite_clock_skew(settings):
     inc = validate_incident(slow[0])
     assert inc["culprit_nodes"] == ["n0"] and inc["incident"].startswith("j1-slow_rank-1-")
     assert inc["evidence"]["impact"] >= 0.2
+    assert t_fault - 2 * S <= inc["evidence"]["onset_ns"] <= inc["opened_ns"]
     assert (inc["opened_ns"] - t_fault) / S <= 5  # within 5 iterations of 1 s
     assert all(i["kind"] == "slow_rank" for i in j.incidents)
     rows = j.det.window_stats()
