@@ -267,27 +267,25 @@ def create_app(settings: Settings, pipeline: Pipeline) -> faust.App:
         base = t.base(m.topic)
         return base, to_message(base, m.key, int(m.timestamp * 1e9), m.value)
 
-    @app.agent(comm_in, name="comm")
-    async def comm_agent(stream: Any) -> None:
+    async def consume(stream: Any, handle: Callable[[str, Message], list[dict]],
+                      publish: Callable[[list[dict]], Any]) -> None:
+        """Decode and handle each event; a bad one is dead-lettered and the stream goes on."""
         async for event in stream.events():
             try:
                 base, msg = kafka_message(event)
-                reports = pipeline.comm_message(base, msg)
+                out = handle(base, msg)
             except WireError as err:
                 await dead_letter(event, err)
                 continue
-            await publish_reports(reports)
+            await publish(out)
+
+    @app.agent(comm_in, name="comm")
+    async def comm_agent(stream: Any) -> None:
+        await consume(stream, pipeline.comm_message, publish_reports)
 
     @app.agent(job_in, name="job")
     async def job_agent(stream: Any) -> None:
-        async for event in stream.events():
-            try:
-                base, msg = kafka_message(event)
-                incidents = pipeline.job_message(base, msg)
-            except WireError as err:
-                await dead_letter(event, err)
-                continue
-            await publish_incidents(incidents)
+        await consume(stream, pipeline.job_message, publish_incidents)
 
     def lag_of(names: set[str]) -> tuple[int, dict[str, int]]:
         """Messages behind the partition ends, after the last processed offset.
