@@ -2,7 +2,8 @@
 
 Destinations come from settings (COMMWATCH_NOTIFY_WEBHOOK_URL, _SLACK_URL, _FEISHU_URL,
 _ALERTMANAGER_URL); routing from NOTIFY_MIN_SEVERITY, NOTIFY_KINDS, NOTIFY_GROUP_S and
-NOTIFY_REPEAT_P0_S. Offsets are committed once events are handed to the couriers.
+NOTIFY_REPEAT_P0_S. Offsets are committed only when no event waits in a grouping window:
+a crash re-delivers (at least once) rather than loses.
 Metrics (`NotifyMetrics`) are served on `COMMWATCH_METRICS_HOST:COMMWATCH_METRICS_PORT`
 (`--set metrics_port=0` picks a free port, `--no-metrics` serves none).
 """
@@ -52,6 +53,7 @@ def serve(settings: Settings, stop: threading.Event, group: str = "commwatch-not
     router = Router.from_settings(settings)
     consumer = kafka.consumer(settings, settings.kafka_bootstrap, group)
     consumer.subscribe([settings.topics.alerts])
+    dirty = False
     try:
         while not stop.is_set():
             got = consumer.consume(num_messages=500, timeout=0.1)
@@ -73,8 +75,10 @@ def serve(settings: Settings, stop: threading.Event, group: str = "commwatch-not
                     metrics.suppressed.inc()
             for n in router.due(now):
                 dispatcher.send(n)
-            if got:
+            dirty = dirty or bool(got)
+            if dirty and not router.pending:  # nothing held in a grouping window: safe to commit
                 consumer.commit(asynchronous=True)
+                dirty = False
     finally:
         for n in router.due(float("inf"), repeats=False):
             dispatcher.send(n)

@@ -118,3 +118,38 @@ def test_incidents_reach_every_destination_despite_a_dead_one(kafka_settings, se
     assert get("commwatch_notify_failed_total", {"destination": "webhook"}) == dead_courier.stats.failed
     assert get("commwatch_notify_suppressed_total") == 1  # the P3
     assert get("commwatch_notify_malformed_total", {"reason": "bad_json"}) == 1
+
+
+def test_offsets_wait_for_the_grouping_window(kafka_settings):
+    """An event held in a grouping window is not committed: a crash would re-deliver it."""
+    from confluent_kafka import TopicPartition
+
+    hook = Recorder()
+    s = kafka_settings.replace(notify_webhook_url=hook.url, notify_group_s=3.0)
+    sender = kafka.Sender(s, s.kafka_bootstrap)
+    sender.send(s.topics.alerts, "j1", messages.dumps(incident(7)))
+    assert sender.flush(10) == 0
+    stop = threading.Event()
+    t = threading.Thread(target=serve, args=(s, stop, "notify-commit"), daemon=True)
+    t.start()
+    probe = kafka.consumer(s, s.kafka_bootstrap, "notify-commit")
+    parts = [TopicPartition(s.topics.alerts, p) for p in range(s.kafka_partitions)]
+
+    def committed() -> int:
+        return sum(max(0, tp.offset) for tp in probe.committed(parts, timeout=5))
+
+    try:
+        deadline = time.monotonic() + 30
+        while not hook.requests and time.monotonic() < deadline:
+            assert committed() == 0, "committed while the event waited in its grouping window"
+            time.sleep(0.3)
+        assert hook.requests, "the grouped notification never went out"
+        deadline = time.monotonic() + 10
+        while committed() != 1 and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert committed() == 1
+    finally:
+        stop.set()
+        t.join(15)
+        probe.close()
+        hook.close()
