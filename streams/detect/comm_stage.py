@@ -48,7 +48,7 @@ class CommStage:
         self.comms: dict[tuple[str, int], CommState] = {}
         self._node_seen: dict[tuple[str, str], int] = {}
         self._waiting: set[tuple[str, int]] = set()
-        self._last_tick = 0
+        self.last_tick = 0
         self._comm_reported: dict[tuple[str, int], int] = {}
         self._dirty: set[tuple[str, int]] = set()
         self._last_prune = 0
@@ -138,9 +138,9 @@ class CommStage:
         return max(self.settings.hang_floor_s * 1e9, self.settings.hang_gap_factor * p99)
 
     def tick(self, now_ns: int) -> list[dict]:
-        if now_ns - self._last_tick < TICK_NS:
+        if now_ns - self.last_tick < TICK_NS:
             return []
-        self._last_tick = now_ns
+        self.last_tick = now_ns
         out: list[dict] = []
         for key in sorted(self._dirty):
             st = self.comms[key]
