@@ -75,9 +75,9 @@ class CommStage:
         st.last_seen_ns = now_ns
         if not st.pending:
             st.pending_since = now_ns
-        st.pending.append(batch.body())
+            self._dirty.add(key)
+        st.pending.append(batch.value)
         st.pending_n += batch.count
-        self._dirty.add(key)
         if st.pending_n >= FLUSH_RECORDS:
             return self._flush(st, now_ns)
         return []
@@ -86,7 +86,8 @@ class CommStage:
         self._dirty.discard((st.job, st.comm))
         if not st.pending:
             return []
-        recs = np.frombuffer(b"".join(st.pending), dtype=wire.RECORD_DTYPE)  # raw bodies: one copy
+        h = wire.BATCH_HEADER_SIZE
+        recs = np.frombuffer(b"".join([v[h:] for v in st.pending]), dtype=wire.RECORD_DTYPE)
         st.pending, st.pending_n = [], 0
         out: list[dict] = []
         for a, b in st.apply_records(recs):

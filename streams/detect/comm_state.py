@@ -88,7 +88,7 @@ class CommState:
         self.last_progress_ns = 0
         self.p2p_win_start = 0
         self.offset_windows = 0
-        self.pending: list[memoryview] = []  # raw record bodies of call batches not yet applied
+        self.pending: list[bytes] = []  # raw call batches (header and records) not yet applied
         self.pending_n = 0
         self.pending_since = 0  # event time of the oldest pending batch
         self.last_seen_ns = 0  # event time of the last call batch or heartbeat (idle comms are dropped)
