@@ -27,6 +27,8 @@ from commwatch.streams.detect.windows import p2p_report, window_report
 
 TICK_NS = 500_000_000
 FLUSH_RECORDS = 8192
+TICK_FLUSH_RECORDS = 1024  # at a tick, a comm's pending records are applied once this many...
+TICK_FLUSH_AGE_NS = 2_000_000_000  # ...or the oldest this old, a window due or a wait seen (`_due`)
 COMM_REPORT_NS = 5_000_000_000
 PRUNE_NS = 10_000_000_000  # idle state is looked for this often (event time)
 WAIT_REPORT_FRACTION = 0.2  # report a wait once it reaches this share of the hang threshold
@@ -46,7 +48,7 @@ class CommStage:
         self.comms: dict[tuple[str, int], CommState] = {}
         self._node_seen: dict[tuple[str, str], int] = {}
         self._waiting: set[tuple[str, int]] = set()
-        self._last_tick = 0
+        self.last_tick = 0
         self._comm_reported: dict[tuple[str, int], int] = {}
         self._dirty: set[tuple[str, int]] = set()
         self._last_prune = 0
@@ -66,14 +68,16 @@ class CommStage:
         return []
 
     def feed_calls(self, batch: CallBatch, now_ns: int) -> list[dict]:
-        """Buffer the batch; small batches of one comm are folded in together (at a tick or
-        once `FLUSH_RECORDS` are pending), so the per-batch numpy overhead is paid rarely."""
+        """Buffer the batch; small batches of one comm are folded in together (at a tick, see
+        `_due`, or once `FLUSH_RECORDS` are pending), so the per-batch numpy overhead is paid rarely."""
         key = (batch.job, batch.comm)
         st = self.comms.get(key) or self.state(batch.job, batch.comm)
         st.last_seen_ns = now_ns
-        st.pending.append(batch.body())
+        if not st.pending:
+            st.pending_since = now_ns
+            self._dirty.add(key)
+        st.pending.append(batch.value)
         st.pending_n += batch.count
-        self._dirty.add(key)
         if st.pending_n >= FLUSH_RECORDS:
             return self._flush(st, now_ns)
         return []
@@ -82,7 +86,8 @@ class CommStage:
         self._dirty.discard((st.job, st.comm))
         if not st.pending:
             return []
-        recs = np.frombuffer(b"".join(st.pending), dtype=wire.RECORD_DTYPE)  # raw bodies: one copy
+        h = wire.BATCH_HEADER_SIZE
+        recs = np.frombuffer(b"".join([v[h:] for v in st.pending]), dtype=wire.RECORD_DTYPE)
         st.pending, st.pending_n = [], 0
         out: list[dict] = []
         for a, b in st.apply_records(recs):
@@ -134,12 +139,14 @@ class CommStage:
         return max(self.settings.hang_floor_s * 1e9, self.settings.hang_gap_factor * p99)
 
     def tick(self, now_ns: int) -> list[dict]:
-        if now_ns - self._last_tick < TICK_NS:
+        if now_ns - self.last_tick < TICK_NS:
             return []
-        self._last_tick = now_ns
+        self.last_tick = now_ns
         out: list[dict] = []
         for key in sorted(self._dirty):
-            out.extend(self._flush(self.comms[key], now_ns))
+            st = self.comms[key]
+            if self._due(st, now_ns):
+                out.extend(self._flush(st, now_ns))
         for key, st in self.comms.items():
             if now_ns - self._comm_reported.get(key, 0) >= COMM_REPORT_NS:
                 self._comm_reported[key] = now_ns
@@ -155,6 +162,24 @@ class CommStage:
             self._last_prune = now_ns
             self.prune(now_ns)
         return out
+
+    def _due(self, st: CommState, now_ns: int) -> bool:
+        """Whether a comm's pending records are applied at this tick: a new comm, enough of
+        them, the oldest old enough, a window (collective or P2P) that may close, or a call open
+        long enough that the wait check needs fresh state (its completion may be pending)."""
+        if st.pending_n >= TICK_FLUSH_RECORDS or now_ns - st.pending_since >= TICK_FLUSH_AGE_NS:
+            return True
+        if st.n == 0:  # new comm: its windows start at once
+            return True
+        if 0 < st.win_anchor <= now_ns - st.window_ns():
+            return True
+        if st.p2p and now_ns - st.p2p_win_start >= WINDOW_MIN_NS:
+            return True
+        since = now_ns - WAIT_REPORT_FRACTION * self.threshold_ns(st)
+        open_coll = st.started > st.completed
+        if open_coll.any() and int(st.t_in[open_coll].min()) <= since:
+            return True
+        return any(s > d and 0 < t <= since for s, d, t in st.p2p.values())
 
     def prune(self, now_ns: int) -> None:
         """Forget comms and nodes with no calls or heartbeats for `state_idle_s` (a job that

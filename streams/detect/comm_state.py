@@ -39,6 +39,15 @@ def _footprint(obj, depth: int = 0) -> int:
     return 0
 
 
+def _quantile(xs: list[float], q: float) -> float:
+    """`np.percentile`'s linear quantile of sorted `xs` (cheap for the small gap ring)."""
+    pos = q * (len(xs) - 1)
+    i = int(pos)
+    if i + 1 >= len(xs):
+        return float(xs[-1])
+    return float(xs[i] + (xs[i + 1] - xs[i]) * (pos - i))
+
+
 class CommState:
     def __init__(self, job: str, comm: int, window_instances: int):
         self.job = job
@@ -79,8 +88,9 @@ class CommState:
         self.last_progress_ns = 0
         self.p2p_win_start = 0
         self.offset_windows = 0
-        self.pending: list[memoryview] = []  # raw record bodies of call batches not yet applied
+        self.pending: list[bytes] = []  # raw call batches (header and records) not yet applied
         self.pending_n = 0
+        self.pending_since = 0  # event time of the oldest pending batch
         self.last_seen_ns = 0  # event time of the last call batch or heartbeat (idle comms are dropped)
         self.p2p_waits = P2PWaits()  # paired SEND/RECV waits per window (p2p_waits.py)
 
@@ -194,9 +204,8 @@ class CommState:
         Recomputed after every `GAP_REFRESH` new gaps (or while there are few), not per call.
         """
         if self.ngaps != self._q_at and (self.ngaps < GAP_REFRESH or self.ngaps - self._q_at >= GAP_REFRESH):
-            n = min(self.ngaps, GAP_RING)
-            p50, p99 = np.percentile(self.gaps[:n], (50, 99))
-            self._q = (float(p50), float(p99))
+            g = np.sort(self.gaps[: min(self.ngaps, GAP_RING)]).tolist()
+            self._q = (_quantile(g, 0.5), _quantile(g, 0.99))
             self._q_at = self.ngaps
         return self._q
 
@@ -316,7 +325,7 @@ class CommState:
                 continue
             anchors = self.st[rows[:nready]].min(axis=1)
             ends = np.arange(f + 1, f + nready + 1)  # window [win_start, e) if closed after each
-            wn = self._window_ns()
+            wn = self.window_ns()
             i0 = 0
             while i0 < nready:
                 ws = self.win_start
@@ -340,6 +349,7 @@ class CommState:
         """First-entry time of an instance (raw clocks; used for window spans)."""
         return int(self.st[seq % self.slots].min())
 
-    def _window_ns(self) -> float:
+    def window_ns(self) -> float:
+        """Event time a window covers at least."""
         p50, _ = self.gap_quantiles()
         return max(WINDOW_MIN_NS, p50)

@@ -18,6 +18,7 @@ from commwatch import topics
 from commwatch.capture import Message
 from commwatch.decode import CallBatch, decode_message
 from commwatch.settings import Settings
+from commwatch.streams.detect import comm_stage, job_stage
 from commwatch.streams.detect.comm_stage import CommStage
 from commwatch.streams.detect.job_stage import JobStage
 
@@ -39,6 +40,7 @@ class Detector:
         self._windows: deque = deque(maxlen=WINDOW_BACKLOG)
         self._job_seen: dict[str, int] = {}
         self._last_prune = 0
+        self._next_tick = 0  # before this (event time) a tick has nothing to do
 
     def feed(self, msg: Message) -> list[dict]:
         if msg.topic == topics.ALERTS:
@@ -60,23 +62,35 @@ class Detector:
             self._job_seen[decoded["job"]] = self.now_ns
         if msg.topic == topics.PROGRESS:
             return self._reports(self.comm_stage.feed(msg, decoded, self.now_ns))
-        return self.job_stage.feed(msg, decoded, self.now_ns)
+        jobs = len(self.job_stage.jobs)
+        out = self.job_stage.feed(msg, decoded, self.now_ns)
+        if len(self.job_stage.jobs) != jobs:  # a new job: its first tick is due at once
+            self._next_tick = 0
+        return out
 
     def _reports(self, reports: list[dict]) -> list[dict]:
         out: list[dict] = []
         for rep in reports:
+            if rep["job"] not in self.job_stage.jobs:
+                self._next_tick = 0
             if rep["type"] == "window":
                 self._windows.append(rep)
             out.extend(self.job_stage.feed_report(rep, self.now_ns))
         return out
 
     def tick(self, now_ns: int) -> list[dict]:
-        self.now_ns = max(self.now_ns, now_ns)
+        if now_ns > self.now_ns:
+            self.now_ns = now_ns
+        if self.now_ns < self._next_tick:  # called per message: nothing is due most of the time
+            return []
         out = self._reports(self.comm_stage.tick(self.now_ns))
         out.extend(self.job_stage.tick(self.now_ns))
         if self.now_ns - self._last_prune >= PRUNE_NS:
             self._last_prune = self.now_ns
             self.prune_jobs(self.now_ns)
+        jobs = min((js.last_tick for js in self.job_stage.jobs.values()), default=self.now_ns)
+        self._next_tick = min(self.comm_stage.last_tick + comm_stage.TICK_NS, jobs + job_stage.TICK_NS,
+                              self._last_prune + PRUNE_NS)
         return out
 
     def prune_jobs(self, now_ns: int) -> None:

@@ -25,6 +25,16 @@ MIN_INTERVAL_NS = 100_000.0  # shorter gaps between instances are not compute: n
 SLOWDOWN_MIN_INSTANCES = 4
 
 
+def _median(a: np.ndarray, axis: int) -> np.ndarray:
+    """`np.median` along `axis` (no NaN handling), at a fraction of its fixed cost."""
+    m = a.shape[axis]
+    h = m // 2
+    if m % 2:
+        return np.partition(a, h, axis=axis).take(h, axis=axis)
+    p = np.partition(a, (h - 1, h), axis=axis)
+    return (p.take(h - 1, axis=axis) + p.take(h, axis=axis)) / 2
+
+
 def _r(a: np.ndarray, nd: int = 4) -> list[float]:
     return np.round(a, nd).tolist()
 
@@ -40,8 +50,8 @@ def window_report(state: CommState, a: int, b: int, now_ns: int) -> dict | None:
         return None
     start = state.st[rows].astype(np.float64)
     end = state.en[rows].astype(np.float64)
-    dev = end - np.median(end, axis=1, keepdims=True)
-    w_off = np.median(dev, axis=0)
+    dev = end - _median(end, 1)[:, None]
+    w_off = _median(dev, 0)
     if state.offset_windows == 0:
         state.offsets[:] = w_off
     else:
@@ -49,7 +59,7 @@ def window_report(state: CommState, a: int, b: int, now_ns: int) -> dict | None:
     state.offset_windows += 1
     cs = start - state.offsets
     ce = end - state.offsets
-    lag = cs - np.median(cs, axis=1, keepdims=True)
+    lag = cs - _median(cs, 1)[:, None]
     part = np.partition(cs, n - 2, axis=1)
     smax, second = part[:, -1], part[:, -2]
     last = np.argmax(cs, axis=1)
@@ -62,8 +72,9 @@ def window_report(state: CommState, a: int, b: int, now_ns: int) -> dict | None:
         span = float(ce.max() - cs.min())
     span = max(span, 1.0)
     state.prev_win_anchor = anchor_end
-    xfer = np.median(ce, axis=1) - smax
-    slowdown = _slowdown(np.median(ce, axis=1), second, lastwait, last, n)
+    done = _median(ce, 1)
+    xfer = done - smax
+    slowdown = _slowdown(done, second, lastwait, last, n)
     return {
         "type": "window",
         "job": state.job,
@@ -78,8 +89,8 @@ def window_report(state: CommState, a: int, b: int, now_ns: int) -> dict | None:
         "impact": _r(np.bincount(last, weights=lastwait, minlength=n) / span),
         "own": _r(wait.sum(axis=0) / span),
         "slowdown": _r(slowdown),
-        "xfer_ms": round(float(np.median(xfer)) / 1e6, 3),
-        "bytes": float(np.median(state.bytes[rows])),
+        "xfer_ms": round(float(_median(xfer, 0)) / 1e6, 3),
+        "bytes": float(_median(state.bytes[rows], 0)),
         "nodes": state.nodes(),
     }
 
@@ -95,7 +106,7 @@ def _slowdown(done: np.ndarray, second: np.ndarray, lastwait: np.ndarray, last: 
     interval = np.maximum(second[1:] - done[:-1], MIN_INTERVAL_NS)
     per = np.zeros((k - 1, n))
     per[np.arange(k - 1), last[1:]] = lastwait[1:] / interval
-    return np.median(per, axis=0)
+    return _median(per, 0)
 
 
 def p2p_report(state: CommState, now_ns: int) -> dict | None:
