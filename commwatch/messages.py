@@ -25,6 +25,7 @@ NUM = "number"
 STR = "str"
 OBJ = "object"
 LIST = "list"
+BOOL = "bool"
 INC_KINDS = ("hang", "comm_hang", "slow_rank", "slow_link", "node_lost", "hw_fault", "job_stalled")
 SEVERITIES = ("P0", "P1", "P2", "P3")
 STATUSES = ("open", "update", "resolved")
@@ -41,6 +42,8 @@ def _type_ok(value: Any, kind: str) -> bool:
         return isinstance(value, dict)
     if kind == LIST:
         return isinstance(value, list)
+    if kind == BOOL:
+        return isinstance(value, bool)
     raise AssertionError(kind)
 
 
@@ -88,7 +91,7 @@ def validate_progress(msg: Any) -> dict:
     for i, r in enumerate(msg["ranks"]):
         where = f"progress.ranks[{i}]"
         _check(r, where, {"rank": INT, "started": INT, "completed": INT},
-               {"t_last_start_ns": INT, "t_last_end_ns": INT, "p2p": LIST})
+               {"t_last_start_ns": INT, "t_last_end_ns": INT, "p2p": LIST, "exited": BOOL})
         _time(r, where, "t_last_start_ns", "t_last_end_ns")
         if r["started"] < -1 or r["completed"] < -1:
             raise WireError("bad_field", f"{where}: started/completed below -1")

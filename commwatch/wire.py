@@ -50,9 +50,12 @@ KIND_COMM_INIT = 2
 KIND_COMM_DESTROY = 3
 KINDS = {KIND_CALL: "CALL", KIND_COMM_INIT: "COMM_INIT", KIND_COMM_DESTROY: "COMM_DESTROY"}
 
-FLAG_COMPLETED = 1
-FLAG_GPU_TIMED = 2
+FLAG_COMPLETED = 1  # t_end_ns is valid: completion was observed
+FLAG_GPU_TIMED = 2  # t_start_ns / t_end_ns are device start / end, converted to host CLOCK_REALTIME
 FLAG_GRAPH_CAPTURED = 4
+FLAG_ENQUEUED = 8  # t_start_ns is a host enqueue on an asynchronous stream, not arrival
+FLAG_COMPLETION_LOST = 16  # the probe gave up on this call's completion: not a wait
+FLAGS_KNOWN = FLAG_COMPLETED | FLAG_GPU_TIMED | FLAG_GRAPH_CAPTURED | FLAG_ENQUEUED | FLAG_COMPLETION_LOST
 
 OP_UNKNOWN = 0
 OP_ALLREDUCE = 1

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from commwatch import wire
 from commwatch.wire import RECORD_DTYPE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,12 +52,13 @@ def test_make_test_passes(harness_run):
 
 
 @needs_toolchain
-def test_c_record_layout_matches_numpy_dtype(tmp_path):
+def test_c_record_layout_and_flags_match_python(tmp_path):
     exe = tmp_path / "print_layout"
     subprocess.run(["gcc", "-std=gnu11", "-Wall", "-Werror", "-I", str(NCCL_PATCH / "include"),
                     "-o", str(exe), str(NCCL_PATCH / "test" / "print_layout.c")], check=True)
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split("\n")
-    c_fields = [line.split() for line in out if line and not line.startswith("sizeof")]
+    c_fields = [line.split() for line in out if line and not line.startswith(("sizeof", "flag "))]
+    c_flags = {line.split()[1]: int(line.split()[2]) for line in out if line.startswith("flag ")}
     c_size = int(next(line for line in out if line.startswith("sizeof")).split()[1])
 
     assert list(RECORD_DTYPE.names) == FIELDS
@@ -65,6 +67,8 @@ def test_c_record_layout_matches_numpy_dtype(tmp_path):
         dt, off = RECORD_DTYPE.fields[name][:2]
         assert (int(offset), int(size)) == (off, dt.itemsize), name
     assert c_size == RECORD_DTYPE.itemsize == 64
+    assert c_flags == {name: getattr(wire, f"FLAG_{name}") for name in
+                       ("COMPLETED", "GPU_TIMED", "GRAPH_CAPTURED", "ENQUEUED", "COMPLETION_LOST")}
 
 
 @needs_toolchain
