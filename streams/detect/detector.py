@@ -123,6 +123,11 @@ class Detector:
         incidents = [js.book.event(i, "open", self.now_ns) for i in js.book.open.values()] if js else []
         return {"job": job, "ts_ns": self.now_ns, "ranks": len(ranks), "comms": comms, "incidents": incidents}
 
+    def drops(self) -> dict[str, int]:
+        """Cumulative counts of what the detector dropped or refused, by reason (for metrics and
+        the job health): `records` (call records outside a comm's instance ring, or absurd)."""
+        return {"records": sum(st.dropped for st in self.comm_stage.comms.values())}
+
     def window_stats(self) -> list[dict]:
         """Drain per-rank window rows (for the ClickHouse sink): one dict per rank and window."""
         rows = []
