@@ -53,11 +53,12 @@ REPORTS = "cw.internal.reports.v1"
 TICK_S = 0.5
 STARTUP_GRACE_S = 30.0
 LAG_EVERY_S = 2.0
+HEALTH_EVERY_NS = 1_000_000_000  # a job's health snapshot is published this often (its event time)
 
 
 def stream_topics(settings: Settings) -> list[str]:
     """Every topic the worker needs to exist: the contract's and the internal ones."""
-    return settings.topics.all() + [settings.topics.name(REPORTS), settings.topics.name(WINDOWS)]
+    return settings.topics.all() + [settings.topics.name(n) for n in (REPORTS, WINDOWS, topics.HEALTH)]
 
 
 def broker_credentials(settings: Settings) -> Any:
@@ -138,6 +139,7 @@ class Pipeline:
         self.comm_clock = EventClock()
         self.job_clock = EventClock()
         self.jobs: set[str] = set()
+        self.health_at: dict[str, int] = {}
         self.started = time.monotonic() - process_age_s()
         self.first_processed_s: float | None = None
 
@@ -187,6 +189,15 @@ class Pipeline:
                 out.append(inc)
         return out
 
+    def health(self, now_ns: int) -> list[dict]:
+        """Snapshots of the jobs whose stage 2 runs here and whose last one is a period old."""
+        out = []
+        for job in list(self.job_stage.jobs):
+            if now_ns - self.health_at.get(job, 0) >= HEALTH_EVERY_NS:
+                self.health_at[job] = now_ns
+                out.append(self.job_stage.health(job, now_ns))
+        return out
+
     def dead(self, err: WireError) -> None:
         self.metrics.deadletter.labels(reason=err.reason).inc()
 
@@ -229,6 +240,7 @@ def create_app(settings: Settings, pipeline: Pipeline) -> faust.App:
     reports_out = topic(t.name(REPORTS))
     windows_out = topic(t.name(WINDOWS))
     alerts_out = topic(t.alerts)
+    health_out = topic(t.name(topics.HEALTH))
     deadletter_out = topic(t.deadletter)
     processed: dict[Any, int] = {}
     assigned_at: dict[Any, float] = {}
@@ -323,7 +335,10 @@ def create_app(settings: Settings, pipeline: Pipeline) -> faust.App:
         if comm_lag == 0 and pipeline.comm_clock.max_ns:
             await publish_reports(pipeline.comm_stage.tick(pipeline.comm_clock.now()), wait=False)
         if job_lag == 0 and pipeline.job_clock.max_ns:
-            await publish_incidents(pipeline.job_stage.tick(pipeline.job_clock.now()), wait=False)
+            now_ns = pipeline.job_clock.now()
+            await publish_incidents(pipeline.job_stage.tick(now_ns), wait=False)
+            for snap in pipeline.health(now_ns):
+                health_out.send_soon(key=snap["job"].encode(), value=messages.dumps(snap), timestamp=now_ns / 1e9)
         now = time.monotonic()
         if now - lag_state["at"] >= LAG_EVERY_S:
             lag_state["at"] = now

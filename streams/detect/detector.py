@@ -18,7 +18,7 @@ from commwatch import topics
 from commwatch.capture import Message
 from commwatch.decode import CallBatch, decode_message
 from commwatch.settings import Settings
-from commwatch.streams.detect import comm_stage, job_stage
+from commwatch.streams.detect import comm_stage, health, job_stage
 from commwatch.streams.detect.comm_stage import CommStage
 from commwatch.streams.detect.job_stage import JobStage
 
@@ -105,23 +105,9 @@ class Detector:
 
     # ------------------------------------------------------------------------------
     def health(self, job: str) -> dict:
-        """Ranks, progress per comm and open incidents of a job (terminal demo, dashboards)."""
-        comms = {}
-        ranks: set[int] = set()
-        for (j, _), st in self.comm_stage.comms.items():
-            if j != job or st.n == 0:
-                continue
-            members = st.rank_of >= 0
-            ranks.update(st.members())
-            comms[st.hex] = {
-                "members": int(members.sum()), "nodes": st.nodes(),
-                "started": int(st.started.max()), "completed": int(st.completed[members].min()) if members.any() else -1,
-                "inside": int(((st.started > st.completed) & members).sum()),
-                "last_progress_ns": int(st.last_progress_ns),
-            }
-        js = self.job_stage.jobs.get(job)
-        incidents = [js.book.event(i, "open", self.now_ns) for i in js.book.open.values()] if js else []
-        return {"job": job, "ts_ns": self.now_ns, "ranks": len(ranks), "comms": comms, "incidents": incidents}
+        """The job's health snapshot (docs/architecture.md, "Job health snapshots")."""
+        snap = self.job_stage.health(job, self.now_ns, self.drops())
+        return snap if snap is not None else health.empty(job, self.now_ns)
 
     def drops(self) -> dict[str, int]:
         """Cumulative counts of what the detector dropped or refused, by reason (for metrics and

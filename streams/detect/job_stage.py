@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from commwatch import topics
 from commwatch.settings import Settings
+from commwatch.streams.detect import health
 from commwatch.streams.detect.hang import inside_map, walk
 from commwatch.streams.detect.incidents import IncidentBook
 from commwatch.streams.detect.slow import SlowTracker
@@ -47,6 +48,7 @@ class JobState:
     hw_since: dict[tuple[str, int], int] = field(default_factory=dict)
     last_tick: int = 0
     last_slow_eval: int = 0
+    last_iteration: int | None = None
 
 
 class JobStage:
@@ -97,6 +99,7 @@ class JobStage:
         elif msg.topic == topics.STEPS:
             dur = decoded["t_end_ns"] - decoded["t_start_ns"]
             js.steps.append(dur)
+            js.last_iteration = max(js.last_iteration or 0, decoded["iteration"])
             base = js.base_step.get(decoded["rank"])
             if base is None:
                 base = js.base_step[decoded["rank"]] = float(dur)
@@ -125,6 +128,11 @@ class JobStage:
                 self._hw(js, now_ns, out)
             out.extend(js.book.expire(now_ns))
         return out
+
+    def health(self, job: str, now_ns: int, drops: dict[str, int] | None = None) -> dict | None:
+        """The job's health snapshot (`health.py`); None for a job never seen."""
+        js = self.jobs.get(job)
+        return None if js is None else health.snapshot(js, now_ns, drops)
 
     def nodes_of(self, js: JobState, ranks) -> list[str]:
         return sorted({js.node_of[r] for r in ranks if r in js.node_of})
