@@ -338,6 +338,7 @@ def create_app(settings: Settings, pipeline: Pipeline) -> faust.App:
             now_ns = pipeline.job_clock.now()
             await publish_incidents(pipeline.job_stage.tick(now_ns), wait=False)
             for snap in pipeline.health(now_ns):
+                pipeline.metrics.observe_health(snap)
                 health_out.send_soon(key=snap["job"].encode(), value=messages.dumps(snap), timestamp=now_ns / 1e9)
         now = time.monotonic()
         if now - lag_state["at"] >= LAG_EVERY_S:
