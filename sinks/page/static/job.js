@@ -118,12 +118,13 @@ function renderComms(h) {
   const rows = comms.slice(0, MAX_COMMS_SHOWN).map((c) => {
     const blocked = c.blocked_s > 0;
     const since = c.last_progress_ns ? (h.ts_ns - c.last_progress_ns) / 1e9 : null;
-    return el("tr", { "data-comm": c.comm, class: blocked ? "" : "" },
+    return el("tr", { "data-comm": c.comm, "data-blocked": blocked },
       el("td", {}, el("code", { text: c.comm })),
       el("td", { class: "num", text: fmtNum(c.members) }),
       el("td", { text: (c.nodes || []).join(", ") || "–" }),
-      el("td", {}, blocked ? el("span", { class: "state hang", text: `waiting in #${c.started}` })
-        : el("span", { class: "muted", text: `completing (last at ${since === null ? "–" : fmtAge(Math.max(0, since))} ago)` })),
+      el("td", {}, blocked
+        ? el("span", { class: "state hang", text: c.started >= 0 ? `waiting in collective #${c.started}` : "waiting in send/recv" })
+        : el("span", { class: "muted", text: "progressing" })),
       el("td", { class: "num", text: blocked ? `${c.inside} of ${c.members}` : "–" }),
       el("td", { class: "num", text: blocked ? `${fmtNum(c.blocked_s, 1)} s` : "–" }),
       el("td", { class: "num", text: since === null ? "–" : `${fmtAge(Math.max(0, since))} ago` }));
@@ -135,7 +136,7 @@ function renderComms(h) {
 }
 
 function renderLateRanks(h) {
-  const late = (h && h.late_ranks) || [];
+  const late = ((h && h.late_ranks) || []).filter((r) => r.lag_ms >= 0.05);
   document.getElementById("late-ranks").textContent = late.length
     ? late.slice(0, 8).map((r) => `${r.rank} (${r.lag_ms.toFixed(1)} ms)`).join(", ") : "–";
 }
