@@ -58,8 +58,8 @@ async function showStatus() {
     const s = await fetchJSON("/api/status");
     const live = s.live.connected && !s.live.error
       ? "live state: connected" : `live state: ${s.live.error || "not connected"}`;
-    const hist = s.history.available ? "history: available" : `history unavailable: ${s.history.error}`;
-    box.textContent = `${live} · ${hist}`;
+    box.textContent = `${live} · history: ${s.history.available ? "available" : "unavailable"}`;
+    box.title = s.history.available ? "" : `history (ClickHouse): ${s.history.error}`;
     box.className = "status" + (s.live.connected && !s.live.error ? "" : " bad");
   } catch (e) {
     box.textContent = `the page server does not answer (${e.message})`;

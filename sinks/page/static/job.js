@@ -125,7 +125,7 @@ function renderComms(h) {
       el("td", {}, blocked
         ? el("span", { class: "state hang", text: c.started >= 0 ? `waiting in collective #${c.started}` : "waiting in send/recv" })
         : el("span", { class: "muted", text: "progressing" })),
-      el("td", { class: "num", text: blocked ? `${c.inside} of ${c.members}` : "–" }),
+      el("td", { class: "num", text: !blocked ? "–" : c.started >= 0 ? `${c.inside} of ${c.members}` : `${c.inside} call(s)` }),
       el("td", { class: "num", text: blocked ? `${fmtNum(c.blocked_s, 1)} s` : "–" }),
       el("td", { class: "num", text: since === null ? "–" : `${fmtAge(Math.max(0, since))} ago` }));
   });
