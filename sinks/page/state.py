@@ -80,8 +80,8 @@ class LiveState:
         now = self.monotonic()
         with self.lock:
             view = self._view(snap["job"], now)
-            if view.snapshot is not None and snap["ts_ns"] < view.snapshot["ts_ns"]:
-                return True  # an older one (a worker that lost the job late): keep the newest
+            if view.snapshot is not None and snap["ts_ns"] <= view.snapshot["ts_ns"]:
+                return True  # not newer (read again after a reconnect, or a worker that lost the job late)
             view.snapshot = snap
             if live:
                 view.received = now
