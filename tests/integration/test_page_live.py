@@ -177,3 +177,19 @@ def test_a_page_started_later_shows_the_backlog_then_goes_live(live_page):
         assert srv.state.job(JOB)["age_s"] is not None
     finally:
         srv.stop()
+
+
+def test_an_unreachable_broker_is_said_and_the_page_still_answers(settings):
+    from commwatch.embedded import free_port
+
+    srv = PageServer(settings.replace(page_port=0, kafka_bootstrap=f"127.0.0.1:{free_port()}"), history=False).start()
+    try:
+        deadline = time.monotonic() + 60
+        while srv.feed.error is None:
+            assert time.monotonic() < deadline, "the feed never said the broker is away"
+            time.sleep(0.5)
+        status = get_json(f"{srv.url}api/status")
+        assert status["live"]["connected"] is False and status["live"]["error"]
+        assert get_json(f"{srv.url}api/jobs") == []
+    finally:
+        srv.stop()
