@@ -78,6 +78,8 @@ class Settings:
     data_dir: str = field(default_factory=_default_data_dir)
     metrics_host: str = "127.0.0.1"
     metrics_port: int = _opt(9464, minimum=0)
+    page_host: str = _opt("127.0.0.1", doc="bind address of the live page (`commwatch page`)")
+    page_port: int = _opt(8470, minimum=0, doc="port of the live page; 0 = a free one")
     log_level: str = _opt("INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     # --- detectors ---------------------------------------------------------------------
     hang_floor_s: float = _opt(5.0, minimum=0.1, doc="minimum time inside a call before a hang")

@@ -340,6 +340,7 @@ def create_app(settings: Settings, pipeline: Pipeline) -> faust.App:
         await publish_reports(pipeline.comm_tick(), wait=False)
         await publish_incidents(pipeline.job_tick(), wait=False)
         for snap in pipeline.health():
+            pipeline.metrics.observe_health(snap)
             health_out.send_soon(key=snap["job"].encode(), value=messages.dumps(snap), timestamp=snap["ts_ns"] / 1e9)
         now = time.monotonic()
         if now - lag_state["at"] >= LAG_EVERY_S:
