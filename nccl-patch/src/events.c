@@ -153,9 +153,10 @@ static void* start_task(struct cw_ctx* ctx, uint8_t op, uint64_t seq, uint64_t b
   o->gpu_stop = 0;
   o->t_last_ch = 0;
   o->nch = (uint8_t)nch;
-  o->ctx = ctx;
+  /* The sweeper may read these two while the slot changes hands: atomic. */
+  __atomic_store_n(&o->ctx, ctx, __ATOMIC_RELAXED);
+  __atomic_store_n(&o->t_start, now, __ATOMIC_RELAXED);
   o->seq = seq;
-  o->t_start = now;
   o->bytes = bytes;
   o->peer = peer;
   o->aux = aux;

@@ -113,7 +113,11 @@ void cw_sweep_scan(int64_t now) {
     struct cw_op* o = &cw.ops[i];
     uint64_t v = __atomic_load_n(&o->ctl, __ATOMIC_ACQUIRE);
     if (!looked_at(v)) continue;
-    if (now - o->t_start >= cw.timeout_ns) { /* never observed: give up, it is no wait */
+    /* The slot may change hands under our feet: what is read here is checked
+     * again (generation) by whoever acts on it. */
+    const struct cw_ctx* ctx = __atomic_load_n(&o->ctx, __ATOMIC_RELAXED);
+    if (now - __atomic_load_n(&o->t_start, __ATOMIC_RELAXED) >= cw.timeout_ns) {
+      /* never observed: give up, it is no wait */
       cw_op_lose(o, CW_CTL_GEN(v), now);
       continue;
     }
@@ -130,7 +134,7 @@ void cw_sweep_scan(int64_t now) {
      * operation of the same communicator that the host started after this one's
      * task stop is a later kernel; once it has finished on the GPU, this one has
      * too, and the channel events it is missing will not come. */
-    if (__atomic_load_n(&o->ctx->gpu_done_tstart, __ATOMIC_RELAXED) > o->t_seen_stop &&
+    if (__atomic_load_n(&ctx->gpu_done_tstart, __ATOMIC_RELAXED) > o->t_seen_stop &&
         now - __atomic_load_n(&o->t_last_ch, __ATOMIC_RELAXED) >= cw.grace_ns)
       cw_op_lose(o, CW_CTL_GEN(v), now);
   }
@@ -141,7 +145,8 @@ uint32_t cw_abort_ctx(const struct cw_ctx* ctx, int64_t now) {
   for (uint32_t i = 0; i <= cw.ops_mask; i++) {
     struct cw_op* o = &cw.ops[i];
     uint64_t v = __atomic_load_n(&o->ctl, __ATOMIC_ACQUIRE);
-    if (looked_at(v) && o->ctx == ctx) n += (uint32_t)cw_op_lose(o, CW_CTL_GEN(v), now);
+    if (looked_at(v) && __atomic_load_n(&o->ctx, __ATOMIC_RELAXED) == ctx)
+      n += (uint32_t)cw_op_lose(o, CW_CTL_GEN(v), now);
   }
   return n;
 }

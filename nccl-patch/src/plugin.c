@@ -28,6 +28,7 @@ struct cw_probe cw;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_ready;                 /* settings, ring file and sweeper are live */
+static int g_exited;                /* the destructor closed the files with comms still open */
 static int g_memory;                /* pool and mapping exist (they outlive the file) */
 static ncclResult_t g_setup_error;  /* sticky result of a failed setup */
 static int g_event_mask;
@@ -82,6 +83,7 @@ static void atfork_child(void) {
   cw_ring_detach_child(&cw.ring);
   cw_sweeper_forget();
   g_ready = 0;
+  g_exited = 0;
   g_nctx = 0;
 }
 
@@ -91,6 +93,7 @@ static ncclResult_t setup_locked(void) {
   size_t pool;
   if (g_ready) return ncclSuccess;
   if (g_setup_error != ncclSuccess) return g_setup_error; /* reported once already */
+  if (g_exited) return ncclInternalError; /* the process is exiting: no new ring */
   if (g_memory) free_memory_locked(); /* a previous round of communicators is over */
 
   if (cw_settings_load(&cw.set, err, sizeof(err), warn, sizeof(warn)) != 0) {
@@ -255,6 +258,7 @@ __attribute__((destructor)) static void cw_unload(void) {
     uint32_t open_ops = cw_abort_all(now);
     if (open_ops > 0) cw_log(NCCL_LOG_INFO, "exit: %u operations left open", open_ops);
     close_files_locked(now);
+    g_exited = g_nctx > 0;
   }
   if (g_memory && g_nctx == 0) free_memory_locked();
   pthread_mutex_unlock(&g_lock);
