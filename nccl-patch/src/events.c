@@ -149,13 +149,14 @@ static void* start_task(struct cw_ctx* ctx, uint8_t op, uint64_t seq, uint64_t b
     cw_ring_count_dropped(&cw.ring, 1);
     return NULL;
   }
-  o->gpu_start = UINT64_MAX;
-  o->gpu_stop = 0;
-  o->t_last_ch = 0;
-  o->nch = (uint8_t)nch;
-  /* The sweeper may read these two while the slot changes hands: atomic. */
+  /* Atomic (plain stores on x86): a late event of the slot's previous
+   * operation, or the sweeper, may touch them while the slot changes hands. */
+  __atomic_store_n(&o->gpu_start, UINT64_MAX, __ATOMIC_RELAXED);
+  __atomic_store_n(&o->gpu_stop, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&o->t_last_ch, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&o->ctx, ctx, __ATOMIC_RELAXED);
   __atomic_store_n(&o->t_start, now, __ATOMIC_RELAXED);
+  o->nch = (uint8_t)nch;
   o->seq = seq;
   o->bytes = bytes;
   o->peer = peer;

@@ -116,6 +116,8 @@ static ncclResult_t setup_locked(void) {
   cw.grace_ns = (int64_t)cw.set.grace_ms * 1000000;
   cw.timeout_ns = (int64_t)cw.set.timeout_ms * 1000000;
   cw_clock_setup(cw.set.use_tsc);
+  /* Before the file exists: a fork from another thread must never copy the lock. */
+  if (!g_atfork) g_atfork = pthread_atfork(NULL, NULL, atfork_child) == 0;
   if (cw_ring_open(&cw.ring, &cw.set, err, sizeof(err)) != 0) {
     g_setup_error = ncclSystemError;
     goto fail;
@@ -126,7 +128,6 @@ static ncclResult_t setup_locked(void) {
     g_setup_error = ncclSystemError;
     goto fail;
   }
-  if (!g_atfork) g_atfork = pthread_atfork(NULL, NULL, atfork_child) == 0;
   g_event_mask = ncclProfileColl | ncclProfileP2p | ncclProfileCollApi | ncclProfileP2pApi |
                  (cw.set.gpu_timing ? ncclProfileKernelCh : 0);
   g_ready = 1;
