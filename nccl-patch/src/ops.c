@@ -82,7 +82,12 @@ int cw_op_lose(struct cw_op* o, uint32_t gen, int64_t now) {
 
 /* The grace has passed with no new channel event: complete as observed. */
 static int grace_over(struct cw_op* o, uint64_t v, int64_t now) {
-  if (now - __atomic_load_n(&o->t_last_ch, __ATOMIC_RELAXED) < cw.grace_ns) return 0;
+  int64_t waited = now - __atomic_load_n(&o->t_last_ch, __ATOMIC_RELAXED);
+  if (waited < 0) { /* CLOCK_REALTIME stepped back: the grace starts again */
+    __atomic_store_n(&o->t_last_ch, now, __ATOMIC_RELAXED);
+    return 0;
+  }
+  if (waited < cw.grace_ns) return 0;
   if (!__atomic_compare_exchange_n(&o->ctl, &v, v | CW_CTL_DONE, 0, __ATOMIC_ACQ_REL,
                                    __ATOMIC_RELAXED))
     return 1; /* something happened meanwhile; whoever changed it decides */

@@ -22,6 +22,12 @@ static int sw_stop;
 
 static int64_t clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
 
+static int64_t monotonic_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static void* sweeper_main(void* arg) {
   const int64_t tick = clamp(cw.grace_ns / 2, 1000000, 50000000);
   const int64_t scan_period = clamp(cw.timeout_ns / 4, tick, 250000000);
@@ -31,7 +37,6 @@ static void* sweeper_main(void* arg) {
   pthread_mutex_lock(&sw_lock);
   while (!sw_stop) {
     struct timespec until;
-    int64_t now;
     clock_gettime(CLOCK_MONOTONIC, &until);
     until.tv_nsec += (long)tick;
     until.tv_sec += until.tv_nsec / 1000000000;
@@ -41,14 +46,12 @@ static void* sweeper_main(void* arg) {
     if (sw_stop) break;
     pthread_mutex_unlock(&sw_lock);
 
-    now = cw_now();
-    cw_sweep_attention(now);
-    if (now >= next_scan) {
+    cw_sweep_attention(cw_now());
+    if (monotonic_ns() >= next_scan) { /* scheduled on a clock that never steps */
       cw_clock_anchor();
-      now = cw_now();
-      cw_sweep_scan(now);
+      cw_sweep_scan(cw_now());
       cw_ring_advance(&cw.ring);
-      next_scan = now + scan_period;
+      next_scan = monotonic_ns() + scan_period;
     }
     pthread_mutex_lock(&sw_lock);
   }
