@@ -132,6 +132,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         if args.verbose:
             print(_line(res), file=sys.stderr, flush=True)
     summary = summarize(results, sum(r["healthy_s"] for r in results) / 3600.0)
+    summary["by_family"] = {}
+    for family in sorted({r["family"] for r in results}):
+        mine = [r for r in results if r["family"] == family]
+        part = summarize(mine, sum(r["healthy_s"] for r in mine) / 3600.0)
+        summary["by_family"][family] = {"scenarios": len(mine), **part}
     records = sum(r["records"] for r in results)
     detect_s = sum(r["detect_s"] for r in results)
     summary.update(scenarios=len(results), largest_ranks=max((r["ranks"] for r in results), default=0),
@@ -187,7 +192,14 @@ def _print(s: dict) -> None:
           f"{h['before_threshold']} before it; by probe {h['by_mode']}; comm_hang with one P0 "
           f"{h['comm_hang_exactly_one_p0']}")
     print("controls: " + ", ".join(f"{k} {v['jobs']} jobs {v['p0_p1']} P0/P1" for k, v in s["controls"].items())
-          + f"; advisories {s['advisories']['total']} ({s['advisories']['in_unbalanced']} on unbalanced)")
+          + f"; advisories {s['advisories']['total']} ({s['advisories']['in_unbalanced']} on unbalanced jobs; "
+          f"unbalanced jobs with exactly one: {s['advisories']['unbalanced_with_one']})")
+    for family, f in s["by_family"].items():
+        slow, fh = f["kinds"].get("slow_rank", {}), f["hang"]
+        print(f"  {family}: {f['scenarios']} scenarios; hang exact root {fh['exact_root']}/{fh['injected']} "
+              f"({fh['exactly_one_p0']} with one P0); slow_rank precision {_fmt(slow.get('precision'))} recall "
+              f"{_fmt(slow.get('recall'))}; P0/P1 on controls "
+              f"{sum(c['p0_p1'] for c in f['controls'].values())}")
     e = s["job_ends"]
     if e["jobs"]:
         print(f"ended jobs: {e['jobs']}, open at end {e['open_at_end']}, resolved {e['resolved']} "

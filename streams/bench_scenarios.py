@@ -259,7 +259,8 @@ def jobmodel_cases() -> list[Case]:
         checkpoint_s=(30.0, 50.0))
     add("healthy-stall3s", L16, control="healthy", duration_s=45.0, faults=lambda w, s: (jm.HostPause(5, 20.0, 3.0),))
     add("healthy-long-steps", L16, control="healthy", duration_s=300.0, work=jm.Workload(step_s=18.0))
-    add("healthy-job-exits", L8, control="healthy", duration_s=40.0, tail_s=30.0, faults=lambda w, s: (jm.JobExit(25.0),))
+    add("healthy-job-finishes", L8, control="healthy", duration_s=40.0, tail_s=30.0,
+        faults=lambda w, s: (jm.JobExit(25.0, clean=True),))
     add("skewed-clocks", L16, quick=True, control="skewed", duration_s=45.0, clock_offset_ms=(50.0, 100.0),
         clock_drift_ppm=50.0)
     add("skewed-clocks", L64, control="skewed", duration_s=40.0, clock_offset_ms=(50.0, 100.0), clock_drift_ppm=50.0)
@@ -295,7 +296,7 @@ def _built(runs, controls: list[str], tail_s: float) -> Built:
     for run, control in zip(runs, controls):
         cfg = run.config
         start = cfg.start_ns + round(cfg.job_clock_offset_s * S)
-        ended = [t["at_ns"] for t in run.truth if t["kind"] == "job_end"]
+        ended = [t["onset_ns"] for t in run.truth if t["kind"] == "job_end"]
         jobs[cfg.job] = JobInfo(run.step_s, control, start, start + round(cfg.duration_s * S),
                                 min(ended) if ended else None, cfg.probe)
         truth += [dict(t, mode=cfg.probe) for t in run.truth]

@@ -293,9 +293,10 @@ def summarize(results: list[dict], healthy_hours: float) -> dict:
              "events_after_resolve": sum(e["events_after_resolve"] for e in ends),
              "opened_after_end": sum(e["opened_after_end"] for e in ends),
              "resolve_delay_s_p95": _pct([d for e in ends for d in e["resolve_delay_s"]], 95)}
+    unbalanced = [r for r in results if any(c["control"] == "unbalanced" for c in r["controls"].values())]
     adv = {"total": sum(len(r["advisories"]) for r in results),
-           "in_unbalanced": sum(len(r["advisories"]) for r in results
-                                if any(c["control"] == "unbalanced" for c in r["controls"].values()))}
+           "in_unbalanced": sum(len(r["advisories"]) for r in unbalanced),
+           "unbalanced_with_one": f"{sum(len(r['advisories']) == 1 for r in unbalanced)}/{len(unbalanced)}"}
     summary = {"kinds": table, "hang": hang, "controls": controls, "job_ends": ended, "advisories": adv,
                "healthy_job_hours": round(healthy_hours, 3)}
     summary["targets"] = targets(summary)

@@ -14,7 +14,8 @@ time from the job's start.
 
 Faults act here through a rank's `host_stop` (the host enqueues nothing at or after it:
 a hang, a crash, the end of the run), `gpu_stop` (the process is gone: nothing runs or
-completes on its GPU after it), slowness factors from a time on, host pauses, and
+completes on its GPU after it), `finish_after` (the loop ends at the next iteration
+boundary), slowness factors from a time on, host pauses, and
 communicators whose instances never complete from a time on (a transport hang).
 """
 
@@ -49,6 +50,7 @@ class RankPlan:
     checkpoints: dict[int, float] = field(default_factory=dict)  # iteration -> host seconds at its start
     host_stop: float = INF
     gpu_stop: float = INF
+    finish_after: float = INF  # the training loop ends at the first iteration boundary from then
 
 
 class Rank:
@@ -156,6 +158,10 @@ class Engine:
                     rk.grow()
                 if t < plan.host_stop:
                     rk.marks.append(t)
+                if t >= plan.finish_after:
+                    rk.host_t = t
+                    rk.host_stopped = True
+                    return moved
                 t += plan.checkpoints.get(it, 0.0)
             elif op.code == HOST:
                 t += op.dur * rk.jit[i]

@@ -36,10 +36,12 @@ class Crash:
 
 @dataclass(frozen=True)
 class JobExit:
-    """Every process of the job exits at `at_s` (a launcher's timeout kills a hung job, or the
-    job finishes). Open incidents must resolve; nothing may repeat after."""
+    """Every process of the job exits: killed at `at_s` (a launcher's timeout kills a hung job),
+    or, when `clean`, each rank finishes the iteration it is in at `at_s` and exits once its GPU
+    is done (the training loop ended). Open incidents must resolve; nothing may repeat after."""
 
     at_s: float
+    clean: bool = False
 
 
 @dataclass(frozen=True)

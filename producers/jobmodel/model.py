@@ -104,7 +104,7 @@ def run_job(cfg: JobConfig) -> JobRun:
                     queue_depth=cfg.queue_depth, comm_hangs=comm_hangs).run()
     clocks = node_clocks(layout.n_nodes, cfg.start_ns, rng, cfg.clock_offset_ms, cfg.clock_drift_ppm,
                          cfg.job_clock_offset_s)
-    exits = _exits(cfg, layout)
+    exits = _exits(cfg, layout, engine)
     rings, comms = {}, {}
     for rank in range(layout.world):
         clock = clocks[layout.node_of(rank)]
@@ -164,6 +164,9 @@ def _plans(cfg: JobConfig, layout: Layout, rng: np.random.Generator) -> list[Ran
         for f in cfg.faults:
             if getattr(f, "rank", rank) != rank:
                 continue
+            if isinstance(f, F.JobExit) and f.clean:
+                plan.finish_after = min(plan.finish_after, f.at_s)
+                continue
             if isinstance(f, (F.HostHang, F.Crash, F.JobExit)):
                 plan.host_stop = min(plan.host_stop, f.at_s)
             if isinstance(f, (F.Crash, F.JobExit)):
@@ -178,12 +181,16 @@ def _plans(cfg: JobConfig, layout: Layout, rng: np.random.Generator) -> list[Ran
     return plans
 
 
-def _exits(cfg: JobConfig, layout: Layout) -> dict[int, float]:
+def _exits(cfg: JobConfig, layout: Layout, engine: Engine) -> dict[int, float]:
+    """When each process that exits is gone: at the fault's time, or, for a clean end, once its
+    host left the loop and its GPU finished (plus a moment for the interpreter to exit)."""
     out: dict[int, float] = {}
     for f in cfg.faults:
         ranks = [f.rank] if isinstance(f, F.Crash) else range(layout.world) if isinstance(f, F.JobExit) else []
         for r in ranks:
-            out[r] = min(out.get(r, INF), f.at_s)
+            rk = engine.ranks[r]
+            t = max(rk.host_t, rk.gpu_t) + 0.2 if getattr(f, "clean", False) else f.at_s
+            out[r] = min(out.get(r, INF), t)
     return out
 
 
@@ -260,6 +267,7 @@ def truth(run: JobRun) -> list[dict]:
                 **extra}
 
     blocked = engine.blocked_arrivals()
+    exits = _exits(cfg, layout, engine)
     out = []
     for f in cfg.faults:
         name = type(f).__name__
@@ -269,8 +277,8 @@ def truth(run: JobRun) -> list[dict]:
             extra = {"exited": True} if isinstance(f, F.Crash) else {"stuck_completion": True} \
                 if isinstance(f, F.StuckCompletion) else {}
             out.append(entry("hang", name, f.at_s, onset, [f.rank], expect=bool(waits), **extra))
-        elif isinstance(f, F.JobExit):
-            out.append(entry("job_end", name, f.at_s, f.at_s, expect=False))
+        elif isinstance(f, F.JobExit):  # onset: the last process is gone
+            out.append(entry("job_end", name, f.at_s, max(exits.values()), expect=False, clean=f.clean))
         elif isinstance(f, F.CommHang):
             g = layout.by_name[f.group]
             hung = [rv for gid, _n, rv in engine.hung if gid == g.id]

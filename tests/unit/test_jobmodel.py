@@ -324,3 +324,17 @@ def test_bad_config_is_refused():
         jm.JobConfig(hidden=("grads",))
     with pytest.raises(ValueError, match="group"):
         jm.run_job(jm.JobConfig(faults=(jm.CommHang("dp.p9.t0", 1.0),)))
+
+
+def test_a_job_that_finishes_leaves_no_call_open_and_says_its_ranks_exited():
+    r = run(tp=2, pp=2, dp=2, seed=19, duration_s=16.0, faults=(jm.JobExit(8.0, clean=True),))
+    recs = latest(r.messages)
+    assert recs and all(x["flags"] & wire.FLAG_COMPLETED for x in recs.values())
+    (t,) = r.truth
+    assert t["kind"] == "job_end" and not t["expect_incident"] and t["onset_ns"] > t["at_ns"]
+    hbs = [json.loads(m.value) for m in r.messages if m.topic == topics.PROGRESS]
+    exited = [e["rank"] for hb in hbs for e in hb["ranks"] if e.get("exited")]
+    assert sorted(set(exited)) == list(range(8))
+    assert max(m.ts_ns for m in r.messages) < t["onset_ns"] + 4 * S  # then the agents fall silent
+    killed = run(tp=2, pp=2, dp=2, seed=19, duration_s=16.0, faults=(jm.JobExit(8.0),))
+    assert not all(x["flags"] & wire.FLAG_COMPLETED for x in latest(killed.messages).values())
