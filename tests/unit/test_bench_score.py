@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from commwatch.streams.bench_scenarios import JobInfo
 from commwatch.streams.bench_score import S, score, summarize
 
@@ -81,6 +83,19 @@ def test_a_right_hang_a_named_victim_and_an_extra_p0():
     assert verdicts["ended jobs: open incidents resolved, nothing after"] is False
 
 
+def test_a_hang_naming_its_root_and_a_victim_is_false():
+    s = score([ev("g", "g-1", "hang", "P0", T0 + 16 * S, ranks=[2, 5]),
+               ev("g", "g-2", "hang", "P0", T0 + 17 * S, ranks=[2])],
+              [truth("g", "hang", [2], 10.0)], {"g": info()}, hang_floor_s=5.0)
+    (t,) = s["truths"]
+    assert t["hit"] and t["delay_s"] == 7.0 and t["p0"] == 2 and not t["one_p0"]
+    assert [(f["ranks"], f["reason"]) for f in s["false"]] == [([2, 5], "victim named")]
+    grown = score([ev("g", "g-1", "hang", "P0", T0 + 16 * S, ranks=[2]),
+                   ev("g", "g-1", "hang", "P0", T0 + 18 * S, status="update", ranks=[2, 5])],
+                  [truth("g", "hang", [2], 10.0)], {"g": info()}, hang_floor_s=5.0)
+    assert not grown["truths"][0]["hit"]  # a victim named in an update counts as well
+
+
 def test_two_slow_ranks_may_be_named_together_or_apart_but_not_twice():
     truths = [truth("e", "slow_rank", [1], 15.0, factor=1.5), truth("e", "slow_rank", [9], 15.0, factor=1.5)]
     together = score([ev("e", "e-1", "slow_rank", "P1", T0 + 18 * S, ranks=[1, 9])], truths, {"e": info()}, 5.0)
@@ -93,3 +108,21 @@ def test_two_slow_ranks_may_be_named_together_or_apart_but_not_twice():
     assert [f["reason"] for f in apart["false"]] == ["duplicate"]
     early = score([ev("e", "e-1", "slow_rank", "P1", T0 + 5 * S, ranks=[1])], truths[:1], {"e": info()}, 5.0)
     assert not early["truths"][0]["hit"] and early["false"][0]["reason"] == "before onset"
+
+
+def test_bench_detect_runs_a_scenario_through_the_detector(tmp_path, capsys):
+    from commwatch import cli
+
+    out = tmp_path / "bench.json"
+    rc = cli.main(["--data-dir", str(tmp_path), "bench", "detect", "--only", "jm/hang-blocking-1x1x8", "--no-speed",
+                   "--json", str(out), "--save", str(tmp_path / "caps")])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "targets:" in text and "hang exact root" in text and "records/s" in text
+    result = json.loads(out.read_text())
+    assert result["scenarios"] == 1 and result["kinds"]["hang"]["expected"] == 1
+    (run,) = result["runs"]
+    assert run["records"] > 1000 and run["truths"][0]["kind"] == "hang" and run["truths"][0]["mode"] == "blocking"
+    caps = sorted(p.name for p in (tmp_path / "caps").iterdir())
+    assert caps == ["jm_hang-blocking-1x1x8.alerts.jsonl", "jm_hang-blocking-1x1x8.cwcap",
+                    "jm_hang-blocking-1x1x8.truth.json"]

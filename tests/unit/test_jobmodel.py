@@ -141,13 +141,23 @@ def test_enqueue_mode_several_calls_entered_only_the_oldest_blocked():
     assert len(np.unique(calls.h[reached])) == 1  # the GPU sits in one op; the rest wait behind it
     assert calls.h[reached][0] == calls.h[outstanding].min()  # the oldest
     # completion was seen by a poller: t_end on its period grid, never before the device end
-    done = calls.e[np.isfinite(calls.e)]
-    assert len(done) > 100
+    clock = r.clocks[0]
+    done = [(k, x) for k, x in recs.items() if k[0] == peer and x["flags"] & wire.FLAG_COMPLETED]
+    ends = np.array([int(x["t_end_ns"]) for _k, x in done])
+    starts = np.array([int(x["t_start_ns"]) for _k, x in done])
+    assert len(done) > 100 and (ends > starts).all()
+    grid = (ends - ends.min()) / (r.config.poll_s * S)
+    assert np.allclose(grid, np.round(grid), atol=1e-3)
+    device_end = clock.ns_array(calls.e[np.isfinite(calls.e)])
+    assert ends.min() >= device_end.min() and np.sort(ends)[-1] >= np.sort(device_end)[-1]
 
 
 def test_hung_rank_enqueues_nothing_after_onset():
-    at = 8.0
+    # the host enqueues an iteration in a burst, then waits in loss.item(): hang it mid-burst
+    healthy = run(tp=2, pp=2, dp=2, seed=2, duration_s=20.0).engine.ranks[5]
+    at = (healthy.enq[9 * healthy.L + 10] + healthy.enq[9 * healthy.L + 11]) / 2
     r = run(tp=2, pp=2, dp=2, seed=2, duration_s=20.0, faults=(jm.HostHang(rank=5, at_s=at),))
+    assert r.engine.ranks[5].enq == healthy.enq[: 9 * healthy.L + 11]  # the same run up to the hang
     clock = r.clocks[0]
     recs = jm.records_of(r.messages)
     entries = recs[(recs["rank"] == 5) & (recs["kind"] == wire.KIND_CALL) & ((recs["flags"] & wire.FLAG_COMPLETED) == 0)]
