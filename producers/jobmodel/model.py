@@ -16,7 +16,7 @@ from commwatch.producers.jobmodel.clock import NodeClock, node_clocks
 from commwatch.producers.jobmodel.engine import INF, Engine, RankPlan
 from commwatch.producers.jobmodel.layout import Layout
 from commwatch.producers.jobmodel.probe import MODES, Ring, calls_of, comm_inits, write_ring
-from commwatch.producers.jobmodel.program import PHASE_NAMES, ROLE_GROUP, ROLES, Workload, iteration
+from commwatch.producers.jobmodel.program import COLL, COMPUTE, PHASE_NAMES, ROLE_GROUP, ROLES, Workload, iteration
 
 # 2026-01-01T00:00:00Z
 DEFAULT_START_NS = 1_767_225_600_000_000_000
@@ -213,7 +213,7 @@ def _steps(cfg: JobConfig, engine: Engine, rank: int, clock: NodeClock, dies: fl
     rk = engine.ranks[rank]
     blocks: dict[tuple[int, int], list[int]] = {}
     for j, op in enumerate(rk.prog):
-        if op.phase >= 0 and op.code in (0, 1):
+        if op.phase >= 0 and op.code in (COMPUTE, COLL):
             blocks.setdefault((op.phase, op.mb), []).append(j)
     start, end = np.asarray(rk.start), np.asarray(rk.end)
     out = []

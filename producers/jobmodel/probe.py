@@ -61,76 +61,75 @@ class Ring:
     written: np.ndarray
 
 
+@dataclass
+class _CallSlot:
+    """One call of the rank's iteration program, as its probe numbers it."""
+
+    j: int  # op index in the iteration
+    part: int  # send/recv part of a P2P op, -1 for a collective
+    comm: int
+    op: int
+    seq0: int  # seq in iteration 0 (collective ordinal on its comm, or the microbatch of a send/recv)
+    per_it: int  # seq added per iteration
+    aux0: int = 0
+    aux_it: int = 0
+    peer: int = -1
+    comm_rank: int = 0
+    nranks: int = 0
+    nbytes: int = 0
+
+
+def _slots(layout: Layout, rank: int, prog: list, hidden: tuple[str, ...], microbatches: int) -> list[_CallSlot]:
+    """The calls of one iteration the probe sees. Collectives count per communicator over the
+    visible ones (NCCL's per-operation number, `aux`, over all of them); send/recv number k of
+    (comm, peer, op) is microbatch k of the run."""
+    slots: list[_CallSlot] = []
+    visible: dict[int, int] = {}
+    per_op: dict[tuple[int, int], int] = {}
+    for j, op in enumerate(prog):
+        if op.role in hidden or op.code not in (COLL, P2P):
+            continue
+        g = layout.group(rank, ROLE_GROUP[op.role])
+        if op.code == COLL:
+            slots.append(_CallSlot(j=j, part=-1, comm=g.id, op=op.wire_op, seq0=visible.get(g.id, 0), per_it=0,
+                                   aux0=per_op.get((g.id, op.wire_op), 0), comm_rank=g.comm_rank(rank),
+                                   nranks=g.size, nbytes=op.nbytes))
+            visible[g.id] = visible.get(g.id, 0) + 1
+            per_op[(g.id, op.wire_op)] = per_op.get((g.id, op.wire_op), 0) + 1
+        else:
+            for n, part in enumerate(op.parts):
+                wop = wire.OP_SEND if part.dir == SEND else wire.OP_RECV
+                slots.append(_CallSlot(j=j, part=n, comm=g.id, op=wop, seq0=part.mb, per_it=microbatches,
+                                       peer=part.peer, comm_rank=g.comm_rank(rank), nranks=g.size,
+                                       nbytes=part.nbytes))
+    for c in slots:
+        if c.part < 0:
+            c.per_it, c.aux_it = visible[c.comm], per_op[(c.comm, c.op)]
+    return slots
+
+
 def calls_of(engine: Engine, layout: Layout, rank: int, hidden: tuple[str, ...]) -> Calls:
     """Every call the rank's host enqueued, as the probe numbers them (hidden roles left out)."""
     rk = engine.ranks[rank]
-    prog, L = rk.prog, rk.L
-    n_iter = len(rk.start) // L
+    slots = _slots(layout, rank, rk.prog, hidden, engine.M)
+    n_iter = len(rk.start) // rk.L
     enq = np.full(len(rk.start), np.nan)
     enq[: len(rk.enq)] = rk.enq
-    start, end = np.asarray(rk.start), np.asarray(rk.end)
-    visible_per_group: dict[int, int] = {}
-    per_op_count: dict[tuple[int, int], int] = {}
-    static = []  # (j, part, comm, op, seq ordinal, per-iteration count, aux ordinal, aux count, peer, ...)
-    for j, op in enumerate(prog):
-        if op.code == COLL and op.role not in hidden:
-            g = layout.group(rank, ROLE_GROUP[op.role])
-            static.append([j, -1, g, op.wire_op, visible_per_group.get(g.id, 0), -1, op.nbytes])
-            visible_per_group[g.id] = visible_per_group.get(g.id, 0) + 1
-            per_op_count[(g.id, op.wire_op)] = per_op_count.get((g.id, op.wire_op), 0) + 1
-        elif op.code == P2P and op.role not in hidden:
-            g = layout.group(rank, "pp")
-            for n, part in enumerate(op.parts):
-                static.append([j, n, g, wire.OP_SEND if part.dir == SEND else wire.OP_RECV, part.mb, part.peer,
-                               part.nbytes])
-    aux_seen: dict[tuple[int, int], int] = {}
-    cols: dict[str, list] = {k: [] for k in ("j", "part", "comm", "op", "seq0", "per_it", "aux0", "aux_it", "peer",
-                                             "comm_rank", "nranks", "nbytes")}
-    for j, part, g, wop, ordinal, peer, nbytes in static:
-        cols["j"].append(j)
-        cols["part"].append(part)
-        cols["comm"].append(g.id)
-        cols["op"].append(wop)
-        cols["peer"].append(peer)
-        cols["comm_rank"].append(g.comm_rank(rank))
-        cols["nranks"].append(g.size)
-        cols["nbytes"].append(nbytes)
-        if part < 0:
-            cols["seq0"].append(ordinal)
-            cols["per_it"].append(visible_per_group[g.id])
-            k = (g.id, wop)
-            cols["aux0"].append(aux_seen.get(k, 0))
-            cols["aux_it"].append(per_op_count[k])
-            aux_seen[k] = aux_seen.get(k, 0) + 1
-        else:  # send/recv number k of (comm, peer, op) is microbatch mb of its iteration
-            cols["seq0"].append(ordinal)
-            cols["per_it"].append(engine.M)
-            cols["aux0"].append(0)
-            cols["aux_it"].append(0)
-    a = {k: np.asarray(v, dtype=np.uint64 if k == "comm" else np.int64) for k, v in cols.items()}
-    its = np.repeat(np.arange(n_iter), len(a["j"]))
-    tile = lambda v: np.tile(v, n_iter)  # noqa: E731
-    idx = its * L + tile(a["j"])
-    h = enq[idx]
-    s = start[idx]
-    e = end[idx]
-    parts = tile(a["part"])
+
+    def col(name: str, dtype=np.int64) -> np.ndarray:  # one value per call of every iteration
+        return np.tile(np.array([getattr(c, name) for c in slots], dtype=dtype), n_iter)
+
+    its = np.repeat(np.arange(n_iter), len(slots))
+    idx = its * rk.L + col("j")
+    parts = col("part")
+    h, s, e = enq[idx], np.asarray(rk.start)[idx], np.asarray(rk.end)[idx]
     for k in np.flatnonzero((parts >= 0) & np.isfinite(s)):  # a send/recv part ends when its pair does
         e[k] = engine.part_end.get((rank, int(idx[k]), int(parts[k])), np.nan)
-    is_p2p = parts >= 0
-    aux = np.where(is_p2p, 0, its * tile(a["aux_it"]) + tile(a["aux0"]))
     keep = np.isfinite(h)
-    return Calls(
-        comm=tile(a["comm"])[keep],
-        op=tile(a["op"])[keep],
-        seq=(its * tile(a["per_it"]) + tile(a["seq0"]))[keep],
-        aux=aux[keep],
-        peer=tile(a["peer"])[keep],
-        comm_rank=tile(a["comm_rank"])[keep],
-        nranks=tile(a["nranks"])[keep],
-        nbytes=tile(a["nbytes"])[keep],
-        h=h[keep], s=s[keep], e=e[keep],
-    )
+    return Calls(comm=col("comm", np.uint64)[keep], op=col("op")[keep], seq=(its * col("per_it") + col("seq0"))[keep],
+                 aux=(its * col("aux_it") + col("aux0"))[keep], peer=col("peer")[keep],
+                 comm_rank=col("comm_rank")[keep], nranks=col("nranks")[keep], nbytes=col("nbytes")[keep],
+                 h=h[keep], s=s[keep], e=e[keep])
 
 
 def write_ring(calls: Calls, rank: int, mode: str, clock: NodeClock, rng: np.random.Generator, *,
