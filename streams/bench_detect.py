@@ -1,8 +1,8 @@
 """`commwatch bench detect`: detection quality, delay and speed, scored strictly.
 
 Every scenario (`bench_scenarios`: the project's simulator and the independent job model)
-is fed in-process, message by message in the order a live worker receives them, through
-the same `Detector` as `commwatch replay`: `feed(msg)` then `tick(msg.ts_ns)` (a message
+is fed in-process, message by message in event-time order (one multi-job scenario also in
+the order a live worker receives them), through the same `Detector` as `commwatch replay`: `feed(msg)` then `tick(msg.ts_ns)` (a message
 the detector refuses is counted and skipped), a last tick at the end, and for jobs that
 end, ticks every 0.5 s for a while after. Incidents are scored by `bench_score`: exact
 culprits, victims and extra P0/P1s count as false, advisories apart.
