@@ -161,14 +161,14 @@ class SlowTracker:
         return now_ns - ct.ts_ns <= max(5e9, FRESH_WINDOWS * ct.interval_ns)
 
     def compute_shares(self, now_ns: int, in_use: dict[str, list[int]] | None = None,
-                       latest: bool = False) -> dict[int, float]:
+                       latest: bool = False, stale: set[str] = frozenset()) -> dict[int, float]:
         """Each rank's share of wall time outside communication calls (ranks all of whose
         comms in use, `in_use`: comm -> members, are timed and fresh), over the horizon, or
         over each comm's latest window (`latest`)."""
         inside: dict[int, float] = {}
         unknown: set[int] = set()
         for comm, members in (in_use or {}).items():
-            if comm not in self.comms:  # in use, but no window yet: its share is not known
+            if comm not in self.comms or comm in stale:  # in use, no window yet or input behind: not known
                 unknown.update(members)
         stamp = self.stamp
         for ct in self.comms.values():
@@ -206,14 +206,14 @@ class SlowTracker:
         return groups
 
     def evaluate(self, now_ns: int, coords: dict[int, dict], world: int, open_ranks: set[int],
-                 in_use: dict[str, list[int]] | None = None) -> dict[int, dict]:
+                 in_use: dict[str, list[int]] | None = None, stale: set[str] = frozenset()) -> dict[int, dict]:
         """Slow ranks now: rank -> evidence (`ratio`, `compute_share`, `impact`, `onset_ns`, `comms`)."""
         self.evals += 1
-        compute = self.compute_shares(now_ns, in_use)
+        compute = self.compute_shares(now_ns, in_use, stale=stale)
         self.compute = compute
         groups = self.peer_groups(coords, world)
         ratios, refs = self._ratios(compute, groups)
-        short, _ = self._ratios(self.compute_shares(now_ns, in_use, latest=True), groups)
+        short, _ = self._ratios(self.compute_shares(now_ns, in_use, latest=True, stale=stale), groups)
         self.ratio = ratios
         out = {}
         for r, ratio in ratios.items():
