@@ -5,7 +5,8 @@ Reports (JSON-able dicts, each with "type", "job", "ts_ns" = the job's event tim
 - `window` / `p2p_window`: per-member timing features of a comm (`windows.py`).
 - `wait`: the comm's blocked instances, repeated at every tick while they last (from
   `WAIT_REPORT_S` of waiting on): `instances` = [{`seq`, `op`, `p2p`, `since_ns`, `entered`
-  (ranks inside it), `missing` (members that never entered it)}]. A collective comm has at
+  (ranks inside it), `missing` (members that never entered it), `t_in` (when each entered
+  it, on its own clock, 0 unknown)}]. A collective comm has at
   most one blocked instance: the first that no member completed (`d + 1`); the calls a
   rank queued behind it are not listed (they are symptoms). A P2P channel is blocked when
   a posted send or recv does not complete; its instance has the two ranks as members.
@@ -182,7 +183,7 @@ class CommStage:
             return True
         if st.open_since and now_ns - st.open_since >= WAIT_REPORT_NS // 2:
             return True
-        return any(s > d and 0 < t <= now_ns - WAIT_REPORT_NS // 2 for s, d, t in st.p2p.values())
+        return any(s > d and 0 < t <= now_ns - WAIT_REPORT_NS // 2 for s, d, t, _ in st.p2p.values())
 
     @staticmethod
     def _p2p_due(st: CommState, now_ns: int) -> bool:
@@ -256,9 +257,10 @@ class CommStage:
             if now_ns - since >= WAIT_REPORT_NS:
                 entered = st.started >= k
                 instances.append({"seq": int(k), "op": st.op_of(k), "p2p": False, "since_ns": int(since),
-                                  "entered": ranks[entered].tolist(), "missing": ranks[~entered].tolist()})
+                                  "entered": ranks[entered].tolist(), "missing": ranks[~entered].tolist(),
+                                  "t_in": st.entered_at(k, np.flatnonzero(entered))})
         seen: set[tuple[int, int, int]] = set()
-        for (a, b, is_recv), (s, d, since) in st.p2p.items():
+        for (a, b, is_recv), (s, d, since, t_in) in st.p2p.items():
             if s <= d or since <= 0 or now_ns - since < WAIT_REPORT_NS or (a, b, d + 1) in seen:
                 continue
             k = d + 1
@@ -270,7 +272,8 @@ class CommStage:
             op = ("Recv" if is_recv else "Send") if posted else ("Send" if is_recv else "Recv")
             instances.append({"seq": int(k), "op": op, "p2p": True,
                               "since_ns": int(since), "entered": [int(ranks[a])] + ([int(ranks[b])] if posted else []),
-                              "missing": [] if posted or (other is not None and other[1] >= k) else [int(ranks[b])]})
+                              "missing": [] if posted or (other is not None and other[1] >= k) else [int(ranks[b])],
+                              "t_in": [int(t_in)] + ([int(other[3])] if posted else [])})
         instances = [i for i in instances if i["entered"]]
         if not instances:
             return None

@@ -102,7 +102,7 @@ class CommState:
         self.d_adv_ns = 0  # when it last advanced
         self.open_since = 0  # when a member first entered instance d_max + 1 (0: none yet)
         self.p2p_only = True  # no collective seen yet
-        # P2P channels: (slot, peer slot, is_recv) -> [started, completed, open_since_ns]
+        # P2P channels: (slot, peer slot, is_recv) -> [started, completed, open_since_ns, entered_at]
         self.p2p: dict[tuple[int, int, int], list[int]] = {}
         # completed timed recvs (slot, start, end), kept until the window they fall in is reported
         self.p2p_iv: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
@@ -115,8 +115,9 @@ class CommState:
         self.tag = np.full(self.rows, -1, np.int64)
         self.ops = np.zeros(self.rows, np.uint8)
         self.bytes = np.zeros(self.rows, np.float64)
-        self.etag = np.full(self.rows, -1, np.int64)  # op of recently entered instances (for waits)
-        self.eop = np.zeros(self.rows, np.uint8)
+        self.etag = np.full(self.rows, -1, np.int64)  # recently entered instances (for waits): ...
+        self.eop = np.zeros(self.rows, np.uint8)  # ... their op ...
+        self.et = np.zeros((self.rows, 0), np.int64)  # ... and when each member entered them (its clock)
         self.st = np.zeros((self.rows, 0), np.int64)
         self.en = np.zeros((self.rows, 0), np.int64)
         self.ok = np.zeros((self.rows, 0), bool)  # timing valid
@@ -148,6 +149,7 @@ class CommState:
         self.st = np.concatenate([self.st, np.zeros((self.rows, add), np.int64)], axis=1)
         self.en = np.concatenate([self.en, np.zeros((self.rows, add), np.int64)], axis=1)
         self.ok = np.concatenate([self.ok, np.zeros((self.rows, add), bool)], axis=1)
+        self.et = np.concatenate([self.et, np.zeros((self.rows, add), np.int64)], axis=1)
         self.n += add
 
     def slots_of(self, ranks: np.ndarray, now_ns: int) -> np.ndarray:
@@ -186,6 +188,7 @@ class CommState:
                 self.bytes = np.zeros(rows, np.float64)
                 self.etag = np.full(rows, -1, np.int64)
                 self.eop = np.zeros(rows, np.uint8)
+                self.et = np.zeros((rows, self.n), np.int64)
                 self.st = np.zeros((rows, self.n), np.int64)
                 self.en = np.zeros((rows, self.n), np.int64)
                 self.ok = np.zeros((rows, self.n), bool)
@@ -316,8 +319,15 @@ class CommState:
                            timed: np.ndarray, ts: np.ndarray) -> list[tuple[int, int]]:
         seq = c["seq"].astype(np.int64)
         erow = seq % self.rows
-        self.etag[erow] = seq
+        fresh = seq > self.etag[erow]
+        if fresh.any():
+            self.et[np.unique(erow[fresh])] = 0
+        self.etag[erow] = np.maximum(self.etag[erow], seq)
         self.eop[erow] = c["op"]
+        cur = self.etag[erow] == seq
+        if cur.any():  # the first time seen of each member's entry (enqueue, or device start)
+            er, es = erow[cur], slot[cur]
+            self.et[er, es] = np.where(self.et[er, es] == 0, c["t_start_ns"][cur], self.et[er, es])
         ls, lseq = _last_per_key(slot, seq)
         self.started[ls] = np.maximum(self.started[ls], lseq)
         old_d = self.d_max
@@ -384,6 +394,10 @@ class CommState:
         key = (slot << 33) | ((peer & 0xFFFFFFFF) << 1) | is_recv
         ks, ss = _last_per_key(key, seq)
         _, kts = _last_per_key(key, ts)
+        order = np.lexsort((seq, key))  # per channel, its records in seq order: entry times by seq
+        entry = {}
+        for k, q, t0 in zip(key[order].tolist(), seq[order].tolist(), c["t_start_ns"][order].tolist()):
+            entry.setdefault(k, {}).setdefault(q, t0)
         dks, dss = _last_per_key(key[done], seq[done]) if done.any() else (ks[:0], ss[:0])
         comp = dict(zip(dks.tolist(), dss.tolist()))
         for k, s, t in zip(ks.tolist(), ss.tolist(), kts.tolist()):
@@ -394,14 +408,16 @@ class CommState:
                 if len(self.p2p) >= MAX_CHANNELS:
                     self.dropped["p2p_channels_full"] += 1
                     continue
-                st = self.p2p[ch] = [-1, -1, 0]
+                st = self.p2p[ch] = [-1, -1, 0, 0]
             st[0] = max(st[0], s)
             cs = comp.get(k)
             if cs is not None and cs > st[1]:
                 st[1] = cs
-                st[2] = 0
+                st[2] = st[3] = 0
             if st[0] > st[1] and st[2] == 0:
                 st[2] = t
+            if st[0] > st[1] and st[3] == 0:
+                st[3] = entry.get(k, {}).get(st[1] + 1, 0)
         # time inside a recv is time waiting for data; a send is posted and overlaps compute
         recv_timed = timed & (is_recv == 1)
         if recv_timed.any() and self.p2p_iv_n < MAX_P2P_INTERVALS:
@@ -429,6 +445,13 @@ class CommState:
             if r["started"] > self.started[s]:
                 self.started[s] = r["started"]
                 moved.append(s)
+            k = self.d_max + 1
+            if r["started"] == k and r.get("t_last_start_ns"):  # it entered the first open instance then
+                row = k % self.rows
+                if self.etag[row] < k:
+                    self.etag[row], self.et[row] = k, 0
+                if self.etag[row] == k and self.et[row, s] == 0:
+                    self.et[row, s] = r["t_last_start_ns"]
             if r["completed"] > self.completed[s]:
                 self.completed[s] = r["completed"]
                 self.done_adv_ns[s] = now_ns
@@ -444,13 +467,13 @@ class CommState:
                     if st is None:
                         if len(self.p2p) >= MAX_CHANNELS:
                             continue
-                        st = self.p2p[ch] = [-1, -1, 0]
+                        st = self.p2p[ch] = [-1, -1, 0, 0]
                     if p["started"] > st[0]:
                         st[0] = p["started"]
                         moved.append(s)
                     if p["completed"] > st[1]:
                         st[1] = p["completed"]
-                        st[2] = 0
+                        st[2] = st[3] = 0
                         moved.append(s)
                     if st[0] > st[1] and st[2] == 0:
                         st[2] = now_ns
@@ -506,6 +529,13 @@ class CommState:
             if nready < len(ok):
                 break
         return closed
+
+    def entered_at(self, seq: int, slots: np.ndarray) -> list[int]:
+        """When each of `slots` entered instance `seq`, on its own clock (0: not known)."""
+        row = seq % self.rows
+        if self.etag[row] != seq:
+            return [0] * len(slots)
+        return self.et[row, slots].tolist()
 
     def op_of(self, seq: int) -> str:
         row = seq % self.rows

@@ -319,6 +319,9 @@ class JobStage:
                 continue  # still progressing elsewhere: slow, not hung (the slow detectors judge it)
             roots.append((r, reason, comm, seq, op, p2p))
         waited = now_ns - an.oldest_since_ns
+        held = js.book.open.get(("hang",))
+        if held is not None:  # ranks that exit while a hang is open are its victims being torn down
+            roots = [x for x in roots if x[1] != "exited" or x[0] in held.culprit_ranks] or roots
         if roots:
             self._assert_hang(js, now_ns, an, roots, waited, thr, out)
         comm_roots = [x for x in an.comm_roots if not lost.intersection(js.comms.get(x.comm, {}).get("nodes", ()))
@@ -425,7 +428,7 @@ class JobStage:
             out.extend(js.book.assert_(
                 key, now_ns, kind="slow_rank", severity=sev, culprit_ranks=[rank],
                 culprit_nodes=self.nodes_of(js, [rank]),
-                comm=ev["comms"][0]["comm"] if ev.get("comms") else "",
+                comm=ev.get("comm", ""),
                 summary=f"rank {rank} is {ev['slowdown'] * 100:.0f}% slower than the ranks doing the same work "
                         f"({where}); the job loses ~{impact * 100:.0f}% of its time waiting on it",
                 evidence=ev, id_hint=f"{rank}-{now_ns}"))

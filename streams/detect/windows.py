@@ -28,6 +28,8 @@ import numpy as np
 from commwatch.streams.detect.comm_state import CommState
 
 OFFSET_BLEND = 0.3
+MIN_GAP_NS = 50_000  # shorter gaps between calls are not compute (back-to-back calls)
+MIN_GAPS = 2  # a member's busy median needs this many gaps in the window
 
 
 def _median(a: np.ndarray, axis: int) -> np.ndarray:
@@ -81,6 +83,7 @@ def window_report(state: CommState, a: int, b: int, now_ns: int) -> dict | None:
         span = float(ce.max() - cs.min())
     span = max(span, 1.0) * kt / k  # mixed windows: the timed instances' share of the span
     inside = (end - start).sum(axis=0) / span
+    busy, nbusy, share = _collective_busy(state, a, b, span)
     rep.update({
         "span_ns": int(span),
         "lag_ms": _r(lag.mean(axis=0) / 1e6, 3),
@@ -89,8 +92,37 @@ def window_report(state: CommState, a: int, b: int, now_ns: int) -> dict | None:
         "offset_ms": _r(state.offsets / 1e6, 3),
         "xfer_ms": round(float(_median(done - cs.max(axis=1), 0)) / 1e6, 3),
         "bytes": float(_median(state.bytes[rows], 0)),
+        "busy_ms": busy, "busy_n": nbusy, "busy_share": share,
     })
     return rep
+
+
+def _busy_stats(gaps: np.ndarray, valid: np.ndarray, span: float) -> tuple[list, list[int], list[float]]:
+    """Per member (columns): the median of its valid gaps (ms, None without `MIN_GAPS`), their
+    count, and their sum over `span`."""
+    n = gaps.shape[1]
+    cnt = valid.sum(axis=0)
+    med: list = [None] * n
+    for j in np.flatnonzero(cnt >= MIN_GAPS).tolist():
+        med[j] = round(float(np.median(gaps[valid[:, j], j])) / 1e6, 4)
+    total = np.where(valid, gaps, 0.0).sum(axis=0) / max(span, 1.0)
+    return med, cnt.astype(int).tolist(), _r(np.minimum(total, 1.0))
+
+
+def _collective_busy(state: CommState, a: int, b: int, span: float) -> tuple[list, list[int], list[float]]:
+    """Busy gaps of a collective window: per member, from the end of instance k to its entry
+    into k + 1 (its own clock: no skew), for consecutive instances of [a - 1, b) that every
+    member completed with real times. Peers do the same work between two instances of a
+    comm, so a member computing slower has longer gaps; a victim waits inside the calls."""
+    seqs = np.arange(max(a - 1, 0), b)
+    rows = seqs % state.rows
+    ok = (state.tag[rows] == seqs) & state.ok[rows].all(axis=1)
+    pair = ok[:-1] & ok[1:]
+    if not pair.any():
+        return [None] * state.n, [0] * state.n, [0.0] * state.n
+    r0, r1 = rows[:-1][pair], rows[1:][pair]
+    gaps = (state.st[r1] - state.en[r0]).astype(np.float64)
+    return _busy_stats(gaps, gaps >= MIN_GAP_NS, span)
 
 
 def p2p_reports(state: CommState, now_ns: int, width_ns: int, lag_ns: int) -> list[dict]:
@@ -121,6 +153,8 @@ def p2p_reports(state: CommState, now_ns: int, width_ns: int, lag_ns: int) -> li
         if calls:
             rep["inside"] = _r(np.minimum(inside / width_ns, 1.0))
             rep["crank"] = state.crank.tolist()
+            busy, nbusy, share = _p2p_busy(state.n, slot, t0, t1, a, b, width_ns)
+            rep.update({"busy_ms": busy, "busy_n": nbusy, "busy_share": share})
         out.append(rep)
         state.p2p_untimed = 0
         state.p2p_win_start = b
@@ -128,3 +162,26 @@ def p2p_reports(state: CommState, now_ns: int, width_ns: int, lag_ns: int) -> li
     state.p2p_iv = [(slot[keep], t0[keep], t1[keep])] if keep.any() else []
     state.p2p_iv_n = int(keep.sum())
     return out
+
+
+def _p2p_busy(n: int, slot: np.ndarray, t0: np.ndarray, t1: np.ndarray, a: int, b: int,
+              span: float) -> tuple[list, list[int], list[float]]:
+    """Busy gaps of a P2P window: per member, from the end of a recv to the start of its next
+    recv that starts in [a, b) (a recv waits for data; sends overlap compute and are left out)."""
+    order = np.lexsort((t0, slot))
+    s, s0, s1 = slot[order], t0[order], t1[order]
+    same = s[1:] == s[:-1]
+    gap = (s0[1:] - s1[:-1]).astype(np.float64)
+    inwin = same & (s0[1:] >= a) & (s0[1:] < b)
+    if not inwin.any():
+        return [None] * n, [0] * n, [0.0] * n
+    cols = s[1:][inwin]
+    g = gap[inwin]
+    mat = np.full((int(np.bincount(cols).max()), n), 0.0)
+    valid = np.zeros_like(mat, dtype=bool)
+    pos = np.zeros(n, int)
+    for c, v in zip(cols.tolist(), g.tolist()):
+        mat[pos[c], c] = v
+        valid[pos[c], c] = v >= MIN_GAP_NS
+        pos[c] += 1
+    return _busy_stats(mat, valid, span)
