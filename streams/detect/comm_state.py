@@ -44,7 +44,8 @@ MAX_SEQ = 1 << 62  # seq beyond this is not a real count: dropped
 GAP_REFRESH = 64
 WINDOW_MIN_NS = 1_000_000_000  # a window covers at least this much event time
 MAX_CHANNELS = 1 << 16  # P2P channels kept per comm
-MAX_P2P_INTERVALS = 1 << 18  # completed recvs kept for the windows not reported yet
+MAX_P2P_INTERVALS = 1 << 18  # completed P2P calls kept for the windows not reported yet
+RECV_FWD, RECV_BWD, SEND_FWD, SEND_BWD = 0, 1, 2, 3  # P2P call kinds (from/to an earlier/later stage)
 
 
 def _footprint(obj, depth: int = 0) -> int:
@@ -104,8 +105,8 @@ class CommState:
         self.p2p_only = True  # no collective seen yet
         # P2P channels: (slot, peer slot, is_recv) -> [started, completed, open_since_ns, entered_at]
         self.p2p: dict[tuple[int, int, int], list[int]] = {}
-        # completed timed recvs (slot, start, end), kept until the window they fall in is reported
-        self.p2p_iv: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        # completed timed P2P calls, kept until the window they fall in is reported
+        self.p2p_iv: list[tuple[np.ndarray, ...]] = []  # (slot, start, end, kind: RECV_FWD ... SEND_BWD)
         self.p2p_iv_n = 0
         self.p2p_untimed = 0
         self.p2p_win_start = 0  # start of the next P2P window to report (0: none yet)
@@ -383,10 +384,12 @@ class CommState:
         if not len(c):
             return
         peer = self.cr_slot[peer_cr]
+        peer_cr_all = peer_cr
         seen = peer >= 0
         if not seen.all():  # the peer's comm rank is not mapped to a rank yet: its counters come again
             self.dropped["p2p_peer_unseen"] += int((~seen).sum())
             c, slot, done, timed, peer, ts = c[seen], slot[seen], done[seen], timed[seen], peer[seen], ts[seen]
+            peer_cr_all = peer_cr[seen]
             if not len(c):
                 return
         is_recv = (c["op"] == wire.OP_RECV).astype(np.int64)
@@ -418,14 +421,18 @@ class CommState:
                 st[2] = t
             if st[0] > st[1] and st[3] == 0:
                 st[3] = entry.get(k, {}).get(st[1] + 1, 0)
-        # time inside a recv is time waiting for data; a send is posted and overlaps compute
-        recv_timed = timed & (is_recv == 1)
-        if recv_timed.any() and self.p2p_iv_n < MAX_P2P_INTERVALS:
-            t0 = c["t_start_ns"][recv_timed].astype(np.int64)
-            self.p2p_iv.append((slot[recv_timed], t0, np.maximum(c["t_end_ns"][recv_timed].astype(np.int64), t0)))
-            self.p2p_iv_n += int(recv_timed.sum())
-        elif recv_timed.any():
-            self.dropped["p2p_intervals_full"] += int(recv_timed.sum())
+        # completed timed calls for the P2P windows, by kind: recvs (time inside one is waiting
+        # for data) and sends, from or to an earlier or a later stage (forward, backward)
+        if timed.any() and self.p2p_iv_n < MAX_P2P_INTERVALS:
+            t0 = c["t_start_ns"][timed].astype(np.int64)
+            t1 = np.maximum(c["t_end_ns"][timed].astype(np.int64), t0)
+            own = self.crank[slot[timed]]
+            later = peer_cr_all[timed] > own  # the peer is a later stage
+            kind = np.where(is_recv[timed] == 1, np.where(later, RECV_BWD, RECV_FWD), np.where(later, SEND_FWD, SEND_BWD))
+            self.p2p_iv.append((slot[timed], t0, t1, kind))
+            self.p2p_iv_n += int(timed.sum())
+        elif timed.any():
+            self.dropped["p2p_intervals_full"] += int(timed.sum())
         self.p2p_untimed += int((done & ~timed).sum())
 
     # --- heartbeats -------------------------------------------------------------------

@@ -326,7 +326,10 @@ class JobStage:
             self._assert_hang(js, now_ns, an, roots, waited, thr, out)
         comm_roots = [x for x in an.comm_roots if not lost.intersection(js.comms.get(x.comm, {}).get("nodes", ()))
                       and set(js.comms.get(x.comm, {}).get("nodes") or ()) <= reporting
-                      and not (exited & set(x.entered)) and now_ns - x.since_ns >= thr]
+                      and not (exited & set(x.entered)) and now_ns - x.since_ns >= thr
+                      # calls queued far ahead (host enqueue) wait behind compute while their
+                      # ranks progress: a transport hang stops every member
+                      and all(now_ns - self.silent_since(js, r, now_ns) >= thr for r in x.entered)]
         if comm_roots:
             x = min(comm_roots, key=lambda i: (i.since_ns, i.comm))
             nodes = sorted({n for i in comm_roots for n in js.comms.get(i.comm, {}).get("nodes", ())})
@@ -396,9 +399,10 @@ class JobStage:
         hung = set(js.book.open[("hang",)].culprit_ranks) if ("hang",) in js.book.open else set()
         held = {inc.culprit_ranks[0] for inc in js.book.of_kind("slow_rank") if inc.culprit_ranks}
         world = js.world_size or len(self._ranks(js))
+        js.slow.step_ns = self.median_step_ns(js)
         in_use = {c: r["members"] for c, r in js.comms.items() if r.get("active")}
         found = js.slow.evaluate(now_ns, js.coords, world, held, in_use, self._stale(js, now_ns))
-        timed = set(js.slow.ratio)  # ranks the collectives judge: phases may hold waits, those do not
+        timed = js.slow.timed_ranks  # ranks the collectives judge: phases may hold waits, those do not
         for r, ev in js.steps.evaluate(now_ns, js.coords, held).items():
             if r in found:
                 found[r]["phases"] = ev
@@ -428,7 +432,7 @@ class JobStage:
             out.extend(js.book.assert_(
                 key, now_ns, kind="slow_rank", severity=sev, culprit_ranks=[rank],
                 culprit_nodes=self.nodes_of(js, [rank]),
-                comm=ev.get("comm", ""),
+                comm=ev.get("comm", ""), quiet_ns=int(3 * self.median_step_ns(js)),
                 summary=f"rank {rank} is {ev['slowdown'] * 100:.0f}% slower than the ranks doing the same work "
                         f"({where}); the job loses ~{impact * 100:.0f}% of its time waiting on it",
                 evidence=ev, id_hint=f"{rank}-{now_ns}"))

@@ -6,8 +6,9 @@ are judged by their *busy gaps* (`windows.py`): the time from the end of one cal
 to the rank's entry into its next call of that comm, on the rank's own clock (no skew).
 Between two instances of a collective comm every member does the same work; between two
 recvs of a pipeline comm a stage does the same work in every replica. A rank's ratio in a
-comm is the median of its gaps over the median of its peers' (the other members; for a
-pipeline comm, the same stage in the other pipelines). Gaps are whole compute segments, so
+comm is its mean gap over the median of its peers' (the other members; for a pipeline comm,
+the same stage in the other pipelines); a gap over three times a rank's median spans the end
+of an iteration and holds waits elsewhere: it is left out. Gaps are whole compute segments, so
 no window edge cuts them: a victim's gaps stay its own however its pipeline is shifted.
 
 A rank's ratio is taken in its finest comm (the one with the shortest gaps, typically tensor
@@ -38,7 +39,7 @@ import numpy as np
 from commwatch.streams.detect.rank_model import RankModel
 
 FRESH_WINDOWS = 4.0  # a comm's window older than this many of its own intervals (and 5 s) is stale
-BUSY_WINDOWS = 4  # a rank's busy gaps: the median over this many latest windows of a comm
+BUSY_WINDOWS = 4  # a rank's busy gaps: pooled over this many latest windows of a comm
 MIN_COMPUTE = 0.02
 IMBALANCE = 0.2  # a stage computing this much more than the others ...
 IMBALANCE_EVALS = 10  # ... in most of its first evaluations, and this many, is an advisory
@@ -60,7 +61,8 @@ class CommTiming:
     timed: bool = True  # False: host-enqueue records, no timing
     inside: dict[int, float] | None = None  # share of time inside this comm's calls, over the horizon
     hist: deque = field(default_factory=lambda: deque(maxlen=HORIZON_WINDOWS))  # (ts, span, inside array)
-    busy: deque = field(default_factory=lambda: deque(maxlen=BUSY_WINDOWS))  # (ts, busy medians, busy shares)
+    busy: deque = field(default_factory=lambda: deque(maxlen=BUSY_WINDOWS))  # (ts, gap sums, counts, shares)
+    classes: deque = field(default_factory=lambda: deque(maxlen=BUSY_WINDOWS))  # pipelines: (sums, counts) per class
     lag_ms: dict[int, float] = field(default_factory=dict)
     crank: list[int] | None = None
     windows: int = 0
@@ -69,20 +71,37 @@ class CommTiming:
     base_xfer: float = -1.0
     link_streak: int = 0
 
+    def class_busy(self, latest: bool = False) -> dict[int, dict[int, tuple[float, int]]]:
+        """Pipelines: per rank, per class of compute interval, (median over the kept windows of
+        the window's shortest, count)."""
+        wins = [self.classes[-1]] if latest and self.classes else list(self.classes)
+        acc: dict[int, dict[int, list]] = {}
+        for lows, counts in wins:
+            for c, (row, crow) in enumerate(zip(lows, counts)):
+                for r, v, k in zip(self.ranks, row, crow):
+                    if v is not None and k:
+                        a = acc.setdefault(r, {}).setdefault(c, [[], 0])
+                        a[0].append(v)
+                        a[1] += k
+        return {r: {c: (float(np.median(v)), k) for c, (v, k) in cl.items()} for r, cl in acc.items()}
+
     def busy_of(self, latest: bool = False) -> dict[int, float]:
-        """Per rank, the median of its busy-gap medians over the kept windows (or the newest)."""
-        wins = [self.busy[-1]] if latest and self.busy else list(self.busy)
-        vals: dict[int, list[float]] = {}
-        for _, meds, _ in wins:
-            for r, v in zip(self.ranks, meds):
-                if v is not None and v > 0:
-                    vals.setdefault(r, []).append(v)
-        return {r: float(np.median(v)) for r, v in vals.items()}
+        """Per rank, its mean compute gap (ms) over the kept windows (or the newest alone)."""
+        hist = self.busy
+        wins = [hist[-1]] if latest and hist else list(hist)
+        tot: dict[int, list[float]] = {}
+        for _, sums, counts, _ in wins:
+            for r, v, k in zip(self.ranks, sums, counts):
+                if v is not None and k:
+                    acc = tot.setdefault(r, [0.0, 0])
+                    acc[0] += v
+                    acc[1] += k
+        return {r: v / k for r, (v, k) in tot.items() if k and v > 0}
 
     def share_of(self) -> dict[int, float]:
         if not self.busy:
             return {}
-        return dict(zip(self.ranks, self.busy[-1][2]))
+        return dict(zip(self.ranks, self.busy[-1][3]))
 
 
 def dominant(found: dict[int, dict], keep: set[int] = frozenset()) -> dict[int, dict]:
@@ -110,7 +129,8 @@ class SlowTracker:
         self.compute: dict[int, float] = {}
         self.stage_evals: dict[int, list[int]] = {}  # stage -> [evaluations imbalanced, evaluations]
         self.stage_ratio: dict[int, float] = {}
-
+        self.step_ns = 0.0  # the job's median step (set by stage 2): long steps, rare windows
+        self.timed_ranks: set[int] = set()  # ranks ever judged by their collectives
     # --- inputs -----------------------------------------------------------------------
     def _timing(self, rep: dict, p2p: bool) -> CommTiming:
         ct = self.comms.get(rep["comm"])
@@ -141,7 +161,10 @@ class SlowTracker:
         ct.timed = True
         self._horizon(ct, rep["ts_ns"], rep["span_ns"], rep["inside"])
         if "busy_ms" in rep:
-            ct.busy.append((rep["ts_ns"], rep["busy_ms"], rep["busy_share"]))
+            ct.busy.append((rep["ts_ns"], rep["busy_ms"], rep["busy_n"], rep["busy_share"]))
+        if "busy_cls_ms" in rep:
+            ct.classes.append((rep["busy_cls_ms"], rep["busy_cls_n"]))
+            ct.busy.append((rep["ts_ns"], [None] * len(rep["ranks"]), [0] * len(rep["ranks"]), rep["busy_share"]))
 
     def window(self, rep: dict) -> None:
         ct = self._timing(rep, p2p=False)
@@ -178,7 +201,8 @@ class SlowTracker:
 
     # --- evaluation -------------------------------------------------------------------
     def _fresh(self, ct: CommTiming, now_ns: int) -> bool:
-        return now_ns - ct.ts_ns <= max(5e9, FRESH_WINDOWS * ct.interval_ns)
+        """A comm's latest window is current: within a few of its own intervals, or steps."""
+        return now_ns - ct.ts_ns <= max(5e9, FRESH_WINDOWS * ct.interval_ns, 3 * self.step_ns)
 
     def compute_shares(self, now_ns: int, in_use: dict[str, list[int]] | None = None,
                        stale: set[str] = frozenset()) -> dict[int, float]:
@@ -198,38 +222,56 @@ class SlowTracker:
         return {r: max(MIN_COMPUTE, 1.0 - v) for r, v in inside.items() if r not in unknown}
 
     def _comm_ratios(self, now_ns: int, stale: set[str], latest: bool) -> dict[str, dict[int, tuple]]:
-        """Per current comm, per rank: (ratio, its busy, peers' busy, peers' busy share)."""
+        """Per current comm, per rank: (ratio, its busy, peers' busy, peers' busy share). A
+        pipeline comm compares each class of compute interval with the same class of the same
+        stage elsewhere, and weighs the classes' ratios by their counts (the steady passes:
+        classes at least half as frequent as the most frequent one)."""
         cur = {c: ct for c, ct in self.comms.items() if ct.timed and ct.busy and c not in stale
                and self._fresh(ct, now_ns)}
-        busy = {c: ct.busy_of(latest) for c, ct in cur.items()}
         share = {c: ct.share_of() for c, ct in cur.items()}
+        out: dict[str, dict[int, tuple]] = {c: {} for c in cur}
         sib: dict[tuple[int, int], list[tuple[str, int]]] = {}  # pipelines: (size, stage) -> (comm, rank)
+        cls = {}
         for c, ct in cur.items():
             if ct.p2p and ct.crank:
+                cls[c] = ct.class_busy(latest)
                 for r, cr in zip(ct.ranks, ct.crank):
                     sib.setdefault((len(ct.ranks), cr), []).append((c, r))
-        out: dict[str, dict[int, tuple]] = {}
         for c, ct in cur.items():
-            b = busy[c]
-            res = {}
-            for i, r in enumerate(ct.ranks):
-                mine = b.get(r)
-                if mine is None:
+            if ct.p2p:
+                if c not in cls:
                     continue
-                if ct.p2p:
-                    if not ct.crank or i >= len(ct.crank):
+                for i, r in enumerate(ct.ranks):
+                    mine = cls[c].get(r)
+                    if not mine or i >= len(ct.crank):
                         continue
                     peers = [(pc, pr) for pc, pr in sib.get((len(ct.ranks), ct.crank[i]), ()) if pr != r]
-                else:
-                    peers = [(c, q) for q in ct.ranks if q != r]
-                pb = [busy[pc][pr] for pc, pr in peers if pr in busy[pc]]
-                if not pb:
-                    continue
+                    num = den = 0.0
+                    fine, ref_fine = None, None
+                    top = max(n for _, n in mine.values())
+                    for k, (v, n) in mine.items():
+                        if n < top / 2:
+                            continue  # a rare class: a pass at an iteration's edge (warm-up, the first after the end)
+                        pv = [cls[pc][pr][k][0] for pc, pr in peers if pr in cls[pc] and k in cls[pc][pr]]
+                        ref = _median(pv)
+                        if pv and ref > 0:
+                            num += n * v / ref
+                            den += n
+                            if fine is None or v < fine:
+                                fine, ref_fine = v, ref
+                    if den:
+                        ps = _median([share[pc].get(pr, 0.0) for pc, pr in peers])
+                        out[c][r] = (num / den, fine, ref_fine, ps)
+                continue
+            busy = ct.busy_of(latest)
+            for r in ct.ranks:
+                mine = busy.get(r)
+                pb = [busy[q] for q in ct.ranks if q != r and q in busy]
                 ref = _median(pb)
-                ps = _median([share[pc].get(pr, 0.0) for pc, pr in peers])
-                if ref > 0:
-                    res[r] = (mine / ref, mine, ref, ps)
-            out[c] = res
+                if mine is None or not pb or ref <= 0:
+                    continue
+                ps = _median([share[c].get(q, 0.0) for q in ct.ranks if q != r])
+                out[c][r] = (mine / ref, mine, ref, ps)
         return out
 
     def peer_groups(self, coords: dict[int, dict], world: int) -> dict[int, list[int]]:
@@ -256,6 +298,7 @@ class SlowTracker:
                 if r not in unknown and (r not in finest or v[1] < finest[r][1][1]):
                     finest[r] = (c, v)
         self.ratio = {r: v[0] for r, (_, v) in finest.items()}
+        self.timed_ranks.update(self.ratio)
         out = {}
         for r, (c, (ratio, mine, ref, ps)) in finest.items():
             m = self.models.get(r)
