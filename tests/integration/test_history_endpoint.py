@@ -74,7 +74,8 @@ def test_the_cli_of_another_process_goes_through_the_owner(endpoint, chdb_dir, c
     db = ch_settings.clickhouse_database
     ch_client.command(f"INSERT INTO {db}.incidents (v, job, incident, kind, severity, status, ts_ns, opened_ns, "
                       "opened_at, updated_at, culprit_ranks, culprit_nodes, comm, summary, evidence) VALUES "
-                      "(1, 'jq', 'i9', 'slow_rank', 'P1', 'open', 1, 1, now64(3), now64(3), [7], ['n7'], '', 'slow', '{}')")
+                      "(1, 'jq', 'i9', 'slow_rank', 'P1', 'open', 1, 1, now64(3), now64(3), [7], ['n7'], '', 'slow', "
+                      "'{}')")
     env = cli_env(ch_settings)
     # no owner record: chdb refuses a second process, and the error names the setting
     refused = cli(env, "incidents", "--job", "jq")

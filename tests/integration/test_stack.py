@@ -48,13 +48,17 @@ def test_supervisor_restarts_a_child_within_a_bound_then_gives_up(tmp_path):
 def test_supervisor_does_not_restart_a_configuration_error(tmp_path):
     sup = Supervisor(tmp_path)
     sup.start("bad", ["--set", "hang_floor_s=soon", "config"], clean_env())
-    with pytest.raises(ChildFailed, match=r"(?s)bad .*failed at start-up.*COMMWATCH_HANG_FLOOR_S: 'soon' is not a number"):
+    with pytest.raises(ChildFailed,
+                       match=r"(?s)bad .*failed at start-up.*COMMWATCH_HANG_FLOOR_S: 'soon' is not a number"):
         wait_for(lambda: sup.poll() and False, 60, "the failure")
 
 
 # --- errors that name the setting ------------------------------------------------------------
+SIMULATE = ["simulate", "--kafka", "--ranks", "8", "--tp", "2", "--pp", "2", "--dp", "2", "--duration", "1"]
+
+
 @pytest.mark.parametrize("argv", [["agent", "--duration", "1"], ["worker"], ["sink"], ["notify"],
-                                  ["record", "--out", "x.cwcap"], ["simulate", "--kafka", "--ranks", "8", "--tp", "2", "--pp", "2", "--dp", "2", "--duration", "1"]])
+                                  ["record", "--out", "x.cwcap"], SIMULATE])
 def test_a_forgotten_bootstrap_names_the_setting_and_starts_no_broker(tmp_path, argv):
     got = cli(clean_env(COMMWATCH_DATA_DIR=str(tmp_path), COMMWATCH_METRICS_PORT="0",
                         COMMWATCH_NOTIFY_WEBHOOK_URL="http://127.0.0.1:9/x"), *argv)
@@ -69,7 +73,8 @@ def test_an_unreachable_broker_names_the_setting(tmp_path):
         port = s.getsockname()[1]  # nothing listens there
     got = cli(clean_env(COMMWATCH_DATA_DIR=str(tmp_path), COMMWATCH_METRICS_PORT="0"),
               "--kafka-bootstrap", f"127.0.0.1:{port}", "worker")
-    assert got.returncode == 2 and f"COMMWATCH_KAFKA_BOOTSTRAP: no Kafka broker answers at 127.0.0.1:{port}" in got.stderr
+    assert got.returncode == 2
+    assert f"COMMWATCH_KAFKA_BOOTSTRAP: no Kafka broker answers at 127.0.0.1:{port}" in got.stderr
     assert "Traceback" not in got.stderr
 
 
@@ -132,8 +137,9 @@ def test_two_stacks_side_by_side_each_with_its_own_broker_and_history(tmp_path):
         assert ra.bootstrap != rb.bootstrap and ra.query != rb.query
         assert cli(a.env, "up").returncode == 2  # a second stack on the same data directory is refused
         # `simulate --kafka` finds stack a's broker through the data directory alone
-        sim = cli(a.env, "simulate", "--kafka", "--realtime", "--job", "side-a", "--ranks", "8", "--tp", "2", "--pp", "2",
-                  "--dp", "2", "--duration", "4")  # real time: the calls table keeps 14 days
+        # (in real time: the calls table keeps 14 days, older rows are dropped at insert)
+        sim = cli(a.env, "simulate", "--kafka", "--realtime", "--job", "side-a", "--ranks", "8", "--tp", "2",
+                  "--pp", "2", "--dp", "2", "--duration", "4", "--truth", str(tmp_path / "truth.json"))
         assert sim.returncode == 0 and ra.bootstrap in sim.stdout, sim.stderr
 
         def calls(env) -> int:
