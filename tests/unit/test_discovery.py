@@ -3,8 +3,10 @@ the error a command gets when it needs Kafka and finds none."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
+from types import SimpleNamespace
 
 import pytest
 
@@ -74,3 +76,15 @@ def test_owner_record_names_a_live_owner_only(tmp_path):
     assert discovery.read_owner(db) is None
     discovery.owner_file(db).write_text('{"pid": 1, "started": 5.0, "url": "u", "token": "t"}')
     assert discovery.read_owner(db) is None  # pid 1 did not start at 5.0
+
+
+def test_the_hook_says_when_the_stack_reads_rings_elsewhere(tmp_path, caplog):
+    from commwatch.producers.hook.runtime import Hook
+
+    rank = SimpleNamespace(settings=Settings.load(env={}, data_dir=str(tmp_path), ring_dir=str(tmp_path / "mine")))
+    with caplog.at_level(logging.INFO, logger="commwatch.producers.hook.runtime"):
+        Hook.check_reader(rank)
+        assert "no commwatch stack runs under" in caplog.text
+        discovery.write_stack(record(tmp_path))  # its rings are in /dev/shm/x y
+        Hook.check_reader(rank)
+    assert "set COMMWATCH_RING_DIR=/dev/shm/x y" in caplog.text
