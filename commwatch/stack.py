@@ -5,8 +5,9 @@ agent and live page as one supervised process group (`commwatch up`, `commwatch 
   process (restarted on its port if it dies).
 - Ports: each component has its own setting (`broker_port`, `worker_metrics_port`,
   `sink_metrics_port`, `query_port`, `notify_metrics_port`, `agent_metrics_port`, the
-  page's `page_port`); 0 picks a free port. A port that is taken fails at once with an
-  error naming its setting.
+  page's `page_port`); 0 picks a free port. A port that is set and taken fails at once
+  with an error naming its setting; a default port that is taken (the page's, by another
+  stack) gives way to a free one.
 - Order: broker, then the sink (it owns the embedded ClickHouse and serves the history
   endpoint that every other process queries), then the others; the stack is ready when
   each answers on its port.
@@ -44,6 +45,19 @@ PORT_KEYS = {  # component -> the setting that fixes its port
 }
 BROKER_RESTARTS = 5
 BROKER_WINDOW_S = 300.0
+
+
+def _default(key: str) -> object:
+    f = Settings.__dataclass_fields__.get(key)
+    return f.default if f is not None else None
+
+
+def _free(host: str, port: int) -> bool:
+    try:
+        check_port(host, port, "")
+    except SettingsError:
+        return False
+    return True
 
 
 class StackFailed(RuntimeError):
@@ -126,10 +140,10 @@ class Stack:
             count = self.workers if name == "worker" else 1
             for i in range(count):
                 label = name if count == 1 else f"{name}-{i}"
-                if fixed:
+                if fixed and not (fixed == _default(key) and not _free(self._host(name), fixed)):
                     check_port(self._host(name), fixed + i, env_key(key))
                     self.ports[label] = fixed + i
-                else:
+                else:  # 0, or a default port that is taken (another stack's page): a free one
                     self.ports[label] = free_port(self._host(name))
 
     def _host(self, name: str) -> str:
