@@ -77,7 +77,7 @@ class Settings:
     # --- local state and endpoints -----------------------------------------------------
     data_dir: str = field(default_factory=_default_data_dir)
     metrics_host: str = "127.0.0.1"
-    metrics_port: int = _opt(9464, minimum=0, doc="this process's metrics port (0 = a free one)")
+    metrics_port: int = _opt(9464, minimum=0)
     log_level: str = _opt("INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     # --- the local stack (`commwatch up`): each component's port, 0 = a free one ----------
     broker_port: int = _opt(0, minimum=0, doc="embedded broker's port on 127.0.0.1 (0 = a free one)")

@@ -315,7 +315,7 @@ class Stack:
         if "sink" in self.ports:
             rows.append(("sink", self.url("sink"), env_key("sink_metrics_port")))
             if "query" in self.ports:
-                rows.append(("history", f"{self.url('query')} (commwatch sql, incidents, query, trace)",
+                rows.append(("history", f"{self.url('query')} for commwatch sql, incidents, query, trace",
                              env_key("query_port")))
             else:
                 rows.append(("history", "ClickHouse at COMMWATCH_CLICKHOUSE_DSN", ""))
