@@ -141,6 +141,8 @@ def test_two_stacks_side_by_side_each_with_its_own_broker_and_history(tmp_path):
         sim = cli(a.env, "simulate", "--kafka", "--realtime", "--job", "side-a", "--ranks", "8", "--tp", "2",
                   "--pp", "2", "--dp", "2", "--duration", "4", "--truth", str(tmp_path / "truth.json"))
         assert sim.returncode == 0 and ra.bootstrap in sim.stdout, sim.stderr
+        agent = cli(b.env, "agent", "--duration", "2", "--no-metrics")  # so does the agent, for stack b
+        assert agent.returncode == 0 and rb.bootstrap in agent.stderr, agent.stderr
 
         def calls(env) -> int:
             got = cli(env, "sql", "SELECT count() FROM calls WHERE job = 'side-a'", "--format", "tsv")
