@@ -2,8 +2,9 @@
 4-process gloo job with the hook and the environment the stack printed; one rank hangs.
 
 While the stack runs: the incident is on cw.alerts.v1, `commwatch incidents` (through the
-stack's history endpoint) names the culprit, the worker logged it, and the live page and
-`commwatch status` show it when this installation has the page. After Ctrl-C (SIGTERM):
+stack's history endpoint) names the culprit, the stack's notifier posts it to a webhook,
+the worker logged it, and the live page and `commwatch status` show it when this
+installation has the page. After Ctrl-C (SIGTERM):
 nothing is left running and the history is still there."""
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import json
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -54,9 +57,32 @@ def get_json(url: str):
         return json.loads(r.read())
 
 
+class Webhook:
+    """A real HTTP endpoint on loopback recording the JSON bodies posted to it."""
+
+    def __init__(self):
+        self.bodies: list = []
+        bodies = self.bodies
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *a):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
 def test_watch_a_real_job_with_one_stack_command(tmp_path):
     job = "e2e-stack"
-    stack = RunningStack(tmp_path / "data", COMMWATCH_RING_DIR=str(tmp_path / "rings"), COMMWATCH_HANG_FLOOR_S="2")
+    hook = Webhook()
+    stack = RunningStack(tmp_path / "data", COMMWATCH_RING_DIR=str(tmp_path / "rings"), COMMWATCH_HANG_FLOOR_S="2",
+                         COMMWATCH_NOTIFY_WEBHOOK_URL=hook.url)
     ranks: list[subprocess.Popen] = []
     try:
         rec = stack.wait_ready()
@@ -81,6 +107,8 @@ def test_watch_a_real_job_with_one_stack_command(tmp_path):
         assert any(a["kind"] == "hang" and a["culprit_ranks"] == [HANG_RANK] and a["job"] == job for a in alerts)
         calls = cli(user_env, "sql", f"SELECT count() FROM calls WHERE job = '{job}'", "--format", "tsv")
         assert calls.returncode == 0 and int(calls.stdout.splitlines()[1]) > 0
+        wait_for(lambda: any(e["kind"] == "hang" and e["culprit_ranks"] == [HANG_RANK]
+                             for b in hook.bodies for e in b["events"]), 60, "the stack's notifier to call the webhook")
         worker_log = (tmp_path / "data" / "logs" / "worker.log").read_text()
         assert re.search(r"incident \S+: open P\d hang in job e2e-stack, culprit ranks \[1\]", worker_log)
 
@@ -102,6 +130,7 @@ def test_watch_a_real_job_with_one_stack_command(tmp_path):
         for p in ranks:
             p.wait(30)
         stack.stop()
+        hook.server.shutdown()
     assert stack.proc.returncode == 0, stack.text()
     pids = [rec.pid, *rec.children.values()]
     wait_for(lambda: not any(alive(p) for p in pids), 30, "every process of the stack to exit")
