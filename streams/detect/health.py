@@ -4,8 +4,6 @@ publish it without the job's comm state)."""
 
 from __future__ import annotations
 
-import statistics
-
 MAX_COMMS = 256
 MAX_BINS = 1024
 MAX_LATE = 16
@@ -29,61 +27,52 @@ def snapshot(js, now_ns: int, drops: dict[str, int] | None = None) -> dict:
     """The health of one job (`JobState` of `job_stage.py`)."""
     book = js.book
     incidents = [book.event(i, "open", now_ns) for i in book.open.values()]
-    kinds = {i["kind"] for i in incidents}
-    if kinds & {"hang", "comm_hang", "node_lost"}:
+    kinds = {i["kind"] for i in incidents if i["culprit_ranks"] or i["culprit_nodes"] or i["kind"] == "comm_hang"}
+    if js.ended_ns:
+        state = "ended"
+    elif kinds & {"hang", "comm_hang", "node_lost"}:
         state = "hang"
     elif "job_stalled" in kinds:
         state = "stalled"
     elif "slow_rank" in kinds:
         state = "slow"
-    elif any(c.get("last_progress_ns", 0) > 0 for c in js.comms.values()):
+    elif any(c["d"] >= 0 for c in js.comms.values()):
         state = "running"
     else:
         state = "starting"
-    ranks = set(js.node_of)
+    ranks: set[int] = set(js.node_of)
+    exited: set[int] = set()
     for c in js.comms.values():
-        ranks.update(c.get("members") or ())
+        ranks.update(c["members"])
+        exited.update(c["exited"])
     comms = []
     for comm, c in js.comms.items():
         w = js.waits.get(comm)
-        blocked = (now_ns - w["since_ns"]) / 1e9 if w else 0.0
-        comms.append({"comm": comm, "members": len(c.get("members") or ()), "nodes": c.get("nodes") or [],
-                      "started": int(w["seq"]) if w else -1, "completed": int(w["seq"]) - 1 if w else -1,
-                      "inside": len(w["inside"]) if w else 0, "blocked_s": round(max(blocked, 0.0), 2),
-                      "last_progress_ns": int(c.get("last_progress_ns", 0))})
+        since = min((i["since_ns"] for i in w["instances"]), default=now_ns) if w else now_ns
+        inside = len({r for i in w["instances"] for r in i["entered"]}) if w else 0
+        comms.append({"comm": comm, "members": len(c["members"]), "nodes": c["nodes"], "started": c["s"],
+                      "completed": c["d"], "inside": inside, "blocked_s": round(max(now_ns - since, 0) / 1e9, 2),
+                      "last_progress_ns": int(c.get("last_ns", 0))})
     comms.sort(key=lambda c: (-c["blocked_s"], c["comm"]))
-    lag: dict[int, float] = {}
-    slowdown: dict[int, float] = {}
-    for cs in js.slow.comms.values():
-        for i, r in enumerate(cs.ranks.tolist()):
-            if r < 0 or i >= len(cs.lag_ms):
-                continue
-            lag[r] = max(lag.get(r, 0.0), float(cs.lag_ms[i]))
-            if i < len(cs.slowdown):
-                slowdown[r] = max(slowdown.get(r, 0.0), float(cs.slowdown[i]))
+    lag = js.slow.lateness()
     late = sorted(lag.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_LATE]
     chain = None
-    hang = next((i for i in incidents if i["kind"] == "hang"), None)
-    if hang is not None:
-        edges = []
-        roots = set(hang["culprit_ranks"])
-        for comm, w in sorted(js.waits.items()):
-            for r, _, _ in w["inside"]:
-                for m in w["missing"]:
-                    edges.append([int(r), int(m), comm])
-        chain = {"roots": sorted(roots), "edges": edges[:MAX_EDGES], "blocked_comms": sorted(js.waits)}
-    steps = list(js.steps)
-    median_s = statistics.median(steps) / 1e9 if steps else None
+    an = js.analysis
+    if an is not None and (an.roots or an.comm_roots) and any(i["kind"] in ("hang", "comm_hang") for i in incidents):
+        chain = {"roots": sorted(an.roots), "edges": an.edges[:MAX_EDGES],
+                 "blocked_comms": sorted({x.comm for x in an.blocked})[:MAX_COMMS]}
+    world = max(js.world_size, max(ranks) + 1 if ranks else 0)
+    median_s = js.steps.median_step_s() or None
     return {
         "v": 1, "type": "health", "job": js.job, "ts_ns": int(now_ns), "state": state,
-        "world_size": max(ranks) + 1 if ranks else 0, "ranks": len(ranks),
+        "world_size": world, "ranks": len(ranks),
         "nodes": sorted(js.node_seen) or sorted(set(js.node_of.values())),
-        "exited_ranks": [],
-        "step": {"iteration": js.last_iteration, "median_s": median_s,
-                 "rate_per_s": round(1 / median_s, 3) if median_s else None, "slowdown": None},
+        "exited_ranks": sorted(exited)[:MAX_COMMS],
+        "step": {"iteration": js.steps.last_iteration, "median_s": round(median_s, 4) if median_s else None,
+                 "rate_per_s": js.steps.rate_per_s(), "slowdown": js.steps.slowdown()},
         "comms": comms[:MAX_COMMS],
-        "lateness": _lateness(lag, max(ranks) + 1 if ranks else 0),
-        "late_ranks": [{"rank": r, "lag_ms": round(v, 3), "slowdown": round(slowdown.get(r, 0.0), 3)}
+        "lateness": _lateness(lag, world),
+        "late_ranks": [{"rank": r, "lag_ms": round(v, 3), "slowdown": round(js.slow.ratio.get(r, 1.0) - 1.0, 3)}
                        for r, v in late],
         "incidents": incidents,
         "wait_chain": chain,
