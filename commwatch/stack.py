@@ -83,6 +83,17 @@ def child_env(settings: Settings, **changes: Any) -> dict[str, str]:
     return env
 
 
+def listens(pid: int, port: int) -> bool:
+    """Whether process `pid` itself has a listening TCP socket on `port`."""
+    import psutil
+
+    try:
+        conns = psutil.Process(pid).net_connections(kind="tcp")
+    except psutil.Error:
+        return False
+    return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in conns)
+
+
 def http_ok(url: str, timeout_s: float = 1.0) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as r:
@@ -110,6 +121,7 @@ class Stack:
         self.broker_restarts: deque = deque()
         self.ports: dict[str, int] = {}
         self.skipped: dict[str, str] = {}  # component -> why it does not run
+        self.preferred: set[str] = set()  # components on a default port, which may move to a free one
         self.record: discovery.StackRecord | None = None
 
     # --- set-up -------------------------------------------------------------------------
@@ -143,6 +155,8 @@ class Stack:
                 if fixed and not (fixed == _default(key) and not _free(self._host(name), fixed)):
                     check_port(self._host(name), fixed + i, env_key(key))
                     self.ports[label] = fixed + i
+                    if fixed == _default(key):
+                        self.preferred.add(label)
                 else:  # 0, or a default port that is taken (another stack's page): a free one
                     self.ports[label] = free_port(self._host(name))
 
@@ -217,9 +231,10 @@ class Stack:
         return child
 
     def ready(self, name: str) -> bool:
-        """Whether a component answers on its port (the sink: its history endpoint too)."""
+        """Whether a component listens on its port itself and answers there (the sink: its
+        history endpoint too)."""
         child = self.supervisor.children.get(name)
-        if child is None or not child.running():
+        if child is None or not child.running() or not listens(child.pid, self.ports[name]):
             return False
         if name == "page":
             return http_ok(f"{self.url('page')}api/jobs")
@@ -247,6 +262,14 @@ class Stack:
         try:
             self.supervisor.poll()
         except ChildFailed as exc:
+            if exc.name in self.preferred and "COMMWATCH_PAGE_PORT" in str(exc):
+                # its default port went to another process meanwhile (a stack starting beside this one)
+                self.preferred.discard(exc.name)
+                self.ports[exc.name] = free_port(self._host(exc.name))
+                log.warning("%s: its default port was taken; moving it to %d", exc.name, self.ports[exc.name])
+                self._start_child(exc.name)
+                self._write_record()
+                return
             hint = self._port_hint(str(exc))
             raise StackFailed(str(exc) + hint) from None
         if self.broker is not None and not self.broker.alive():

@@ -36,6 +36,10 @@ BACKOFF_MAX_S = 30.0
 class ChildFailed(RuntimeError):
     """A child died and will not be restarted; the message names it and quotes its log."""
 
+    def __init__(self, name: str, message: str):
+        super().__init__(message)
+        self.name = name
+
 
 def log_tail(path: Path, lines: int = 12) -> str:
     try:
@@ -117,11 +121,11 @@ class Supervisor:
                 if not child.restart:
                     continue
                 if code == CONFIG_ERROR and now - child.started_at < EARLY_S:
-                    raise ChildFailed(self._why(child, "failed at start-up (configuration error)"))
+                    raise ChildFailed(child.name, self._why(child, "failed at start-up (configuration error)"))
                 while child.restarts and now - child.restarts[0] > self.window_s:
                     child.restarts.popleft()
                 if len(child.restarts) >= self.max_restarts:
-                    raise ChildFailed(self._why(
+                    raise ChildFailed(child.name, self._why(
                         child, f"died {len(child.restarts) + 1} times in {self.window_s:.0f} s; giving up"))
                 delay = min(BACKOFF_MAX_S, 2.0 ** len(child.restarts))
                 child.due_at = now + delay

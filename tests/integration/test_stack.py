@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import time
+import urllib.request
 
 import pytest
 
@@ -57,7 +58,7 @@ def test_supervisor_does_not_restart_a_configuration_error(tmp_path):
 SIMULATE = ["simulate", "--kafka", "--ranks", "8", "--tp", "2", "--pp", "2", "--dp", "2", "--duration", "1"]
 
 
-@pytest.mark.parametrize("argv", [["agent", "--duration", "1"], ["worker"], ["sink"], ["notify"],
+@pytest.mark.parametrize("argv", [["agent", "--duration", "1"], ["worker"], ["sink"], ["notify"], ["page"],
                                   ["record", "--out", "x.cwcap"], SIMULATE])
 def test_a_forgotten_bootstrap_names_the_setting_and_starts_no_broker(tmp_path, argv):
     got = cli(clean_env(COMMWATCH_DATA_DIR=str(tmp_path), COMMWATCH_METRICS_PORT="0",
@@ -87,7 +88,9 @@ def test_a_taken_port_names_its_setting(tmp_path, broker):
         worker = cli(env, "--kafka-bootstrap", broker.bootstrap, "--set", f"metrics_port={port}", "worker")
         assert worker.returncode == 2 and f"COMMWATCH_METRICS_PORT: cannot serve metrics on 127.0.0.1:{port}" \
             in worker.stderr and "Traceback" not in worker.stderr
-        for key in ("worker_metrics_port", "broker_port", "query_port"):
+        page = cli(env, "--kafka-bootstrap", broker.bootstrap, "--set", f"page_port={port}", "page")
+        assert page.returncode == 2 and f"COMMWATCH_PAGE_PORT: cannot listen on 127.0.0.1:{port}" in page.stderr
+        for key in ("worker_metrics_port", "broker_port", "query_port", "page_port"):
             up = cli(env, "--set", f"{key}={port}", "up")
             assert up.returncode == 2, up.stderr
             assert f"COMMWATCH_{key.upper()}: cannot listen on 127.0.0.1:{port}" in up.stderr, up.stderr
@@ -130,11 +133,15 @@ def test_a_dead_component_is_restarted_and_sigkill_of_the_stack_leaves_nothing(t
 
 
 def test_two_stacks_side_by_side_each_with_its_own_broker_and_history(tmp_path):
-    a = RunningStack(tmp_path / "a", "--without", "agent", "--without", "page")
-    b = RunningStack(tmp_path / "b", "--without", "agent", "--without", "page")
+    a = RunningStack(tmp_path / "a", "--without", "agent")
+    b = RunningStack(tmp_path / "b", "--without", "agent")
     try:
         ra, rb = a.wait_ready(), b.wait_ready()
         assert ra.bootstrap != rb.bootstrap and ra.query != rb.query
+        assert ra.page and rb.page and ra.page != rb.page  # the default page port gives way to a free one
+        for rec in (ra, rb):
+            with urllib.request.urlopen(rec.page + "api/jobs", timeout=10) as r:
+                assert r.status == 200
         assert cli(a.env, "up").returncode == 2  # a second stack on the same data directory is refused
         # `simulate --kafka` finds stack a's broker through the data directory alone
         # (in real time: the calls table keeps 14 days, older rows are dropped at insert)
