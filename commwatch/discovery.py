@@ -178,8 +178,11 @@ def remove_stack(rec: StackRecord) -> None:
 def with_kafka(settings: Settings, command: str) -> Settings:
     """`settings` with a Kafka bootstrap: the configured one, else the running stack's.
 
-    Raises `SettingsError` naming COMMWATCH_KAFKA_BOOTSTRAP when there is neither."""
+    Raises `SettingsError` naming COMMWATCH_KAFKA_BOOTSTRAP when there is neither, or when
+    the configured one is the broker of a stack that is gone (a shell that sourced an old
+    `stack.env`)."""
     if settings.kafka_bootstrap:
+        check_not_stale(settings)
         return settings
     rec = running_stack(settings.data_dir)
     if rec is not None and rec.bootstrap:
@@ -191,6 +194,18 @@ def with_kafka(settings: Settings, command: str) -> Settings:
         f"runs under {settings.data_dir}{why}. Start one with `commwatch up` (same COMMWATCH_DATA_DIR), "
         "or set COMMWATCH_KAFKA_BOOTSTRAP=host:port"
     )
+
+
+def check_not_stale(settings: Settings) -> None:
+    """Raise `SettingsError` when COMMWATCH_KAFKA_BOOTSTRAP is the broker of the stack that
+    ran under the data directory and is gone."""
+    rec = read_stack(settings.data_dir)
+    if rec is not None and rec.bootstrap == settings.kafka_bootstrap and not rec.alive():
+        raise SettingsError(
+            f"COMMWATCH_KAFKA_BOOTSTRAP: {settings.kafka_bootstrap} is the broker of the stack that ran under "
+            f"{settings.data_dir} (pid {rec.pid}), which is gone; the variable comes from its old stack.env. "
+            "Unset it (`unset COMMWATCH_KAFKA_BOOTSTRAP`) and start the stack with `commwatch up`"
+        )
 
 
 # --- the database owner record -----------------------------------------------------------

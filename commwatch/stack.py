@@ -188,6 +188,8 @@ class Stack:
             raise SettingsError(
                 f"COMMWATCH_DATA_DIR: a commwatch stack already runs under {self.settings.data_dir} (pid "
                 f"{running.pid}); stop it, or give this one another data directory (--data-dir)")
+        if not self.own_broker:
+            discovery.check_not_stale(self.settings)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._plan()
         try:

@@ -89,11 +89,13 @@ def test_watch_a_real_job_with_one_stack_command(tmp_path):
         printed = "\n".join(stack.out)
         for key in discovery.TRAINING_KEYS:  # what the training side needs is printed and in stack.env
             assert f"export {key}={rec.env[key]}" in printed
-        train_env = clean_env(**{k: rec.env[k] for k in discovery.TRAINING_KEYS}, COMMWATCH_JOB_ID=job)
+        # as the README says: source stack.env, then run training with a job id
         port = free_port()
-        ranks = [subprocess.Popen([sys.executable, str(JOB_SCRIPT), str(r), str(WORLD), str(port), "--steps", "300",
-                                   "--step-s", "0.05", "--hang-rank", str(HANG_RANK), "--hang-at", "15"],
-                                  env=train_env) for r in range(WORLD)]
+        ranks = [subprocess.Popen(
+            ["bash", "-c", f'. "$1" && COMMWATCH_JOB_ID={job} exec "$2" "$3" {r} {WORLD} {port} --steps 300 '
+                           f'--step-s 0.05 --hang-rank {HANG_RANK} --hang-at 15',
+             "train", str(discovery.stack_file(rec.data_dir)), sys.executable, str(JOB_SCRIPT)],
+            env=clean_env()) for r in range(WORLD)]
 
         # history through the running stack: `commwatch` finds it through the data directory alone
         user_env = clean_env(COMMWATCH_DATA_DIR=rec.env["COMMWATCH_DATA_DIR"])

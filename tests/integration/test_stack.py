@@ -68,6 +68,11 @@ def test_a_forgotten_bootstrap_names_the_setting_and_starts_no_broker(tmp_path, 
     assert "Traceback" not in got.stderr and "embedded broker" not in got.stdout + got.stderr
 
 
+def test_status_without_a_stack_says_what_to_start(tmp_path):
+    got = cli(clean_env(COMMWATCH_DATA_DIR=str(tmp_path)), "status", "--once")
+    assert got.returncode == 1 and "no commwatch stack runs under" in got.stderr and "commwatch up" in got.stderr
+
+
 def test_an_unreachable_broker_names_the_setting(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

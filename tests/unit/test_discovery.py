@@ -63,6 +63,9 @@ def test_with_kafka_prefers_the_setting_then_the_stack_else_names_the_setting(tm
     discovery.write_stack(record(tmp_path, started=1.0))
     with pytest.raises(SettingsError, match=r"is gone"):
         discovery.with_kafka(s, "commwatch worker")
+    # a shell that sourced the dead stack's stack.env: its bootstrap is recognised as stale
+    with pytest.raises(SettingsError, match=r"^COMMWATCH_KAFKA_BOOTSTRAP: 127.0.0.1:4242 is the broker of the stack"):
+        discovery.with_kafka(s.replace(kafka_bootstrap="127.0.0.1:4242"), "commwatch agent")
 
 
 def test_owner_record_names_a_live_owner_only(tmp_path):
