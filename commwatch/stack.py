@@ -288,6 +288,8 @@ class Stack:
                 self._start_broker()
             except (EmbeddedError, SettingsError) as exc:
                 raise StackFailed(f"broker: could not restart it: {exc}") from None
+            self.say(f"{self.command}: broker restarted (pid {self.broker.proc.pid})")
+            self._write_record()
 
     def _port_hint(self, text: str) -> str:
         if "COMMWATCH_METRICS_PORT" in text:

@@ -123,6 +123,13 @@ def test_a_dead_component_is_restarted_and_sigkill_of_the_stack_leaves_nothing(t
         rec = wait_for(lambda: (r := discovery.running_stack(tmp_path / "data")) and
                        r.children.get("agent") not in (None, old_agent) and r, 60, "the agent's restart")
         assert alive(rec.children["agent"]) and "agent restarted" in stack.text()
+        old_broker = rec.children["broker"]
+        os.kill(old_broker, signal.SIGKILL)  # the broker keeps its port: the others reconnect
+        rec = wait_for(lambda: (r := discovery.running_stack(tmp_path / "data")) and
+                       r.children.get("broker") not in (None, old_broker) and r, 60, "the broker's restart")
+        sim = cli(stack.env, "simulate", "--kafka", "--ranks", "8", "--tp", "2", "--pp", "2", "--dp", "2",
+                  "--duration", "2", "--truth", str(tmp_path / "truth.json"))
+        assert sim.returncode == 0 and rec.bootstrap in sim.stdout, sim.stderr
         owner = discovery.read_owner(tmp_path / "data" / "clickhouse")
         assert owner is not None and owner.pid == rec.children["sink"]
         pids = [rec.pid, *rec.children.values()]
