@@ -13,7 +13,9 @@ Reports (JSON-able dicts, each with "type", "job", "ts_ns" = the job's event tim
 - `comm` (every `COMM_REPORT_NS` per comm): `members`, `nodes`, `size`, `unknown` (members
   never seen), `d` / `s` (highest collective completed / entered by any member),
   `gap_p99_ns` (the comm's cadence: how long its members normally go without progress),
-  `last_ns` (when any member last made progress), `active` (it carried a call),
+  `last_ns` (when any member last made progress), `seen_ns` (the event time of the newest
+  message about the comm: heartbeats come every period, so older means its input is
+  behind), `active` (it carried a call),
   `quiet` ([[rank, since_ns]]: members without progress for `QUIET_NS` or more),
   `stuck` ([[rank, completed, since_ns]]: members whose completion counter stopped while
   their peers completed later instances: a stuck completion path), `exited`, `left`.
@@ -90,7 +92,7 @@ class CommStage:
         `FLUSH_RECORDS` are pending), so the per-batch numpy overhead is paid rarely."""
         key = (batch.job, batch.comm)
         st = self.comms.get(key) or self.state(batch.job, batch.comm)
-        st.last_seen_ns = now_ns
+        st.last_seen_ns = max(st.last_seen_ns, now_ns if stamp is None else stamp)
         if not st.pending:
             st.pending_since = now_ns
             self._dirty.add(key)
@@ -121,7 +123,7 @@ class CommStage:
     def feed_progress(self, hb: dict, now_ns: int, stamp: int | None = None) -> list[dict]:
         job, node = hb["job"], hb["node"]
         st = self.state(job, int(hb["comm"], 16))
-        st.last_seen_ns = now_ns
+        st.last_seen_ns = max(st.last_seen_ns, now_ns if stamp is None else stamp)
         out = self._flush(st, now_ns) if st.pending else []  # records first: they are older
         st.apply_progress(hb, now_ns if stamp is None else stamp)
         last = self._node_seen.get((job, node), 0)
@@ -236,7 +238,7 @@ class CommStage:
             "members": ranks.tolist(), "nodes": st.nodes(), "size": int(st.size), "unknown": st.unknown(),
             "d": int(st.d_max), "s": int(st.started.max()) if st.n else -1, "p2p_only": st.p2p_only,
             "active": bool((st.n and int(st.started.max()) >= 0) or st.p2p),
-            "gap_p99_ns": int(p99), "last_ns": int(st.adv_ns.max()) if st.n else 0,
+            "gap_p99_ns": int(p99), "last_ns": int(st.adv_ns.max()) if st.n else 0, "seen_ns": int(st.last_seen_ns),
             "quiet": [[int(ranks[i]), int(since[i])] for i in quiet.tolist()],
             "stuck": [[int(ranks[i]), int(st.completed[i]), int(st.done_adv_ns[i])] for i in stuck.tolist()],
             "exited": ranks[st.exited].tolist(), "left": ranks[st.left].tolist(),

@@ -266,9 +266,16 @@ class CommState:
             recs, ts = recs[sane], ts[sane]
             if not len(recs):
                 return []
-        now_ns = int(ts.min())
         cr = recs["comm_rank"].astype(np.int64)
-        self._set_size(max(int(recs["nranks"].max()), int(cr.max()) + 1))
+        nranks = recs["nranks"].astype(np.int64)
+        sane = (nranks >= 1) & (nranks <= MAX_COMM_RANKS) & (cr >= -1) & (cr < nranks)
+        if not sane.all():  # decoding refuses these; the core never trusts it to
+            self.dropped["record_absurd"] += int((~sane).sum())
+            recs, ts, cr, nranks = recs[sane], ts[sane], cr[sane], nranks[sane]
+            if not len(recs):
+                return []
+        now_ns = int(ts.min())
+        self._set_size(int(nranks.max()))
         rank = recs["rank"].astype(np.int64)
         rank = np.where(rank >= 0, rank, -2 - cr)  # rank unknown: keyed by comm rank (shown negative)
         slot = self.slots_of(rank, now_ns)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from commwatch.streams.detect.rank_model import NoiseModel, RankModel
+from commwatch.streams.detect.rank_model import RankModel
 
 FRESH_WINDOWS = 4.0  # a comm's window older than this many of its own intervals (and 5 s) is stale
 MIN_COMPUTE = 0.02
@@ -88,7 +88,6 @@ class SlowTracker:
         self.comms: dict[str, CommTiming] = {}
         self.models: dict[int, RankModel] = {}
         self.model_kind = model
-        self.noise = None  # the noise model raises thresholds: see rank_model.py (kept off: it cost recall)
         self.stamp: dict[int, int] = {}  # rank -> end of its latest window ...
         self.span: dict[int, float] = {}  # ... and that window's span
         self.ratio: dict[int, float] = {}
@@ -162,14 +161,14 @@ class SlowTracker:
         return now_ns - ct.ts_ns <= max(5e9, FRESH_WINDOWS * ct.interval_ns)
 
     def compute_shares(self, now_ns: int, in_use: dict[str, list[int]] | None = None,
-                       latest: bool = False) -> dict[int, float]:
+                       latest: bool = False, stale: set[str] = frozenset()) -> dict[int, float]:
         """Each rank's share of wall time outside communication calls (ranks all of whose
         comms in use, `in_use`: comm -> members, are timed and fresh), over the horizon, or
         over each comm's latest window (`latest`)."""
         inside: dict[int, float] = {}
         unknown: set[int] = set()
         for comm, members in (in_use or {}).items():
-            if comm not in self.comms:  # in use, but no window yet: its share is not known
+            if comm not in self.comms or comm in stale:  # in use, no window yet or input behind: not known
                 unknown.update(members)
         stamp = self.stamp
         for ct in self.comms.values():
@@ -207,20 +206,20 @@ class SlowTracker:
         return groups
 
     def evaluate(self, now_ns: int, coords: dict[int, dict], world: int, open_ranks: set[int],
-                 in_use: dict[str, list[int]] | None = None) -> dict[int, dict]:
+                 in_use: dict[str, list[int]] | None = None, stale: set[str] = frozenset()) -> dict[int, dict]:
         """Slow ranks now: rank -> evidence (`ratio`, `compute_share`, `impact`, `onset_ns`, `comms`)."""
         self.evals += 1
-        compute = self.compute_shares(now_ns, in_use)
+        compute = self.compute_shares(now_ns, in_use, stale=stale)
         self.compute = compute
         groups = self.peer_groups(coords, world)
         ratios, refs = self._ratios(compute, groups)
-        short, _ = self._ratios(self.compute_shares(now_ns, in_use, latest=True), groups)
+        short, _ = self._ratios(self.compute_shares(now_ns, in_use, latest=True, stale=stale), groups)
         self.ratio = ratios
         out = {}
         for r, ratio in ratios.items():
             m = self.models.get(r)
             if m is None:
-                m = self.models[r] = RankModel(self.model_kind, self.slow_impact, self.slow_windows, self.noise)
+                m = self.models[r] = RankModel(self.model_kind, self.slow_impact, self.slow_windows)
             stamp = self.stamp.get(r, now_ns)
             verdict = m.update(ratio, stamp, now_ns, held=r in open_ranks, short=short.get(r, ratio),
                                start=stamp - int(self.span.get(r, 0)))
