@@ -293,6 +293,10 @@ def create_app(settings: Settings, pipeline: Pipeline) -> faust.App:
 
     async def publish_incidents(incidents: list[dict], wait: bool = True) -> None:
         for inc in pipeline.admit(incidents):
+            log.log(logging.INFO if inc["status"] in ("open", "resolved") else logging.DEBUG,
+                    "incident %s: %s %s %s in job %s, culprit ranks %s on %s: %s", inc["incident"], inc["status"],
+                    inc["severity"], inc["kind"], inc["job"], inc["culprit_ranks"], inc["culprit_nodes"],
+                    inc["summary"])
             kw = {"key": str(inc["job"]).encode(), "value": messages.dumps(inc), "timestamp": inc["ts_ns"] / 1e9}
             if wait:
                 await alerts_out.send(**kw)
