@@ -195,6 +195,14 @@ class CommState:
                 self.ok = np.zeros((rows, self.n), bool)
                 self.frontier = self.win_start = -1
 
+    def _ranks_in_order(self) -> None:
+        """A comm known from heartbeats only names no comm ranks: take them to be its members'
+        global ranks in ascending order (as groups are built), until records say otherwise."""
+        order = np.argsort(self.rank_of, kind="stable")
+        self.cr_slot = order.astype(np.int64)
+        self.crank = np.empty(self.n, np.int64)
+        self.crank[order] = np.arange(self.n)
+
     def members(self) -> list[int]:
         return self.rank_of.tolist()
 
@@ -444,6 +452,10 @@ class CommState:
             return
         ranks = np.fromiter((r["rank"] for r in entries), np.int64, len(entries))
         slots = self.slots_of(ranks, now_ns).tolist()
+        if any(r["started"] >= 0 for r in entries):
+            self.p2p_only = False
+        if not self.size and any(r.get("p2p") for r in entries):
+            self._ranks_in_order()
         moved = []
         for s, r in zip(slots, entries):
             self.node_of[int(self.rank_of[s])] = node
@@ -464,10 +476,10 @@ class CommState:
                 self.done_adv_ns[s] = now_ns
                 self.ever_done[s] = True
                 moved.append(s)
-            if r.get("p2p") and self.size:
+            if r.get("p2p"):
                 for p in r["p2p"]:
                     pcr = p["peer"]
-                    if not (0 <= pcr < self.size) or self.cr_slot[pcr] < 0:
+                    if not (0 <= pcr < len(self.cr_slot)) or self.cr_slot[pcr] < 0:
                         continue
                     ch = (s, int(self.cr_slot[pcr]), 1 if str(p["op"]).lower() == "recv" else 0)
                     st = self.p2p.get(ch)
@@ -546,7 +558,7 @@ class CommState:
 
     def op_of(self, seq: int) -> str:
         row = seq % self.rows
-        if self.etag[row] == seq:
+        if self.etag[row] == seq and self.eop[row]:
             return wire.op_name(int(self.eop[row]))
         return "collective"
 

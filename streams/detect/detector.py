@@ -73,17 +73,20 @@ class Detector:
         self.held: Callable[[str], bool] = _never
 
     # --- replay / in-process --------------------------------------------------------
-    def feed(self, msg: Message) -> list[dict]:
-        """Decode (raising `WireError`), then both stages; returns incident events."""
+    def feed(self, msg: Message, ref_ns: int | None = None) -> list[dict]:
+        """Decode (raising `WireError`), then both stages; returns incident events. `ref_ns`:
+        when the message was received (a live worker's wall clock); by default, as in replay,
+        its own time (the capture is read in time order)."""
         if msg.topic == topics.ALERTS:
             self.stats["ignored_alerts"] += 1
             return []
-        return self.feed_decoded(msg, decode_message(msg, self.settings.max_message_bytes))
+        return self.feed_decoded(msg, decode_message(msg, self.settings.max_message_bytes), ref_ns)
 
-    def feed_decoded(self, msg: Message, decoded) -> list[dict]:
+    def feed_decoded(self, msg: Message, decoded, ref_ns: int | None = None) -> list[dict]:
         """As `feed`, for a message decoded already (`decode_message`'s result)."""
-        if msg.ts_ns > self.ref_ns:
-            self.ref_ns = msg.ts_ns
+        ref = msg.ts_ns if ref_ns is None else ref_ns
+        if ref > self.ref_ns:
+            self.ref_ns = ref
         if msg.topic in (topics.CALLS, topics.PROGRESS):
             return self._local(self.comm_feed(msg, decoded, self.ref_ns))
         return self.job_feed(msg, decoded, self.ref_ns)

@@ -239,10 +239,14 @@ class JobStage:
             last = max(last, quiet if quiet is not None else c["ts_ns"] - QUIET_NS)
         return last
 
-    def _stuck(self, js: JobState) -> dict[int, tuple[int, int, str]]:
-        """Ranks whose completion path is stuck: rank -> (completed, peers' completed, comm)."""
+    def _stuck(self, js: JobState, now_ns: int) -> dict[int, tuple[int, int, str]]:
+        """Ranks whose completion path is stuck: rank -> (completed, peers' completed, comm), from
+        comms whose input is current (when a job's data stops, every counter stops)."""
         out = {}
+        stale = self._stale(js, now_ns)
         for comm, c in js.comms.items():
+            if comm in stale:
+                continue
             for r, done, _since in c["stuck"]:
                 if r not in out:
                     out[r] = (done, c["d"], comm)
@@ -294,13 +298,12 @@ class JobStage:
         current = {c: w for c, w in js.waits.items() if c not in stale}
         thr = js.threshold_ns
         exited = self._exited(js)
-        stuck = self._stuck(js)
+        stuck = self._stuck(js, now_ns)
         left: set[int] = set()
         for c in js.comms.values():
             left.update(c["left"])
-        # a rank silent for the threshold is hung once others have waited on it for half of it
-        # (they reach the call it never entered up to an iteration after it stopped)
-        an = waits.analyse(current, now_ns, thr / 2, exited | set(stuck) | left)
+        # a rank silent for the threshold is hung once others have waited on it that long too
+        an = waits.analyse(current, now_ns, thr, exited | set(stuck) | left)
         js.analysis = an
         roots = []
         for r, (comm, seq, op, p2p) in sorted(an.roots.items()):
@@ -347,7 +350,7 @@ class JobStage:
     def _assert_hang(self, js: JobState, now_ns: int, an: waits.Analysis, roots: list, waited: int, thr: float,
                      out: list) -> None:
         ranks = sorted(r for r, *_ in roots)
-        stuck = self._stuck(js)
+        stuck = self._stuck(js, now_ns)
         detail = []
         for r, reason, comm, seq, op, p2p in roots[:16]:
             d = {"rank": r, "reason": reason, "comm": comm, "seq": seq, "op": op, "p2p": p2p, "node": js.node_of.get(r)}
@@ -402,11 +405,13 @@ class JobStage:
         js.slow.step_ns = self.median_step_ns(js)
         in_use = {c: r["members"] for c, r in js.comms.items() if r.get("active")}
         found = js.slow.evaluate(now_ns, js.coords, world, held, in_use, self._stale(js, now_ns))
-        timed = js.slow.timed_ranks  # ranks the collectives judge: phases may hold waits, those do not
+        # phases may hold waits, compute intervals do not: a rank the collectives judge slow is
+        # theirs; a lone straggler in a phase where they see nothing (its collectives carry no
+        # timing, or are too coarse: a gradient all-reduce the probe does not see) is the phases'
         for r, ev in js.steps.evaluate(now_ns, js.coords, held).items():
             if r in found:
                 found[r]["phases"] = ev
-            elif r not in timed:
+            elif js.slow.ratio.get(r, 1.0) < 1 + js.slow.slow_impact:
                 found[r] = ev
         loss = js.steps.slowdown()
         clocks = self._sm_clocks(js)
@@ -507,7 +512,7 @@ class JobStage:
                 evidence={k: s[k] for k in ("sm_clock_mhz", "throttle_reasons", "xid", "ecc_dbe", "temp_c",
                                             "nvml_timeout") if k in s},
                 id_hint=f"{node}-{rank}-{now_ns}"))
-        for rank, (done, peers, comm) in sorted(self._stuck(js).items()):
+        for rank, (done, peers, comm) in sorted(self._stuck(js, now_ns).items()):
             if rank in hung:
                 continue
             since = js.stuck_since.setdefault(rank, now_ns)
@@ -520,4 +525,4 @@ class JobStage:
                 summary=f"rank {rank}: completions stopped at #{done} while its peers completed #{peers} on comm "
                         f"{comm[:4]}..; the job still progresses (GPU or driver fault suspected)",
                 evidence={"completed": done, "peers_completed": peers, "comm": comm}, id_hint=f"{rank}-{now_ns}"))
-        js.stuck_since = {r: t for r, t in js.stuck_since.items() if r in self._stuck(js)}
+        js.stuck_since = {r: t for r, t in js.stuck_since.items() if r in self._stuck(js, now_ns)}

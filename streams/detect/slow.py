@@ -130,7 +130,6 @@ class SlowTracker:
         self.stage_evals: dict[int, list[int]] = {}  # stage -> [evaluations imbalanced, evaluations]
         self.stage_ratio: dict[int, float] = {}
         self.step_ns = 0.0  # the job's median step (set by stage 2): long steps, rare windows
-        self.timed_ranks: set[int] = set()  # ranks ever judged by their collectives
     # --- inputs -----------------------------------------------------------------------
     def _timing(self, rep: dict, p2p: bool) -> CommTiming:
         ct = self.comms.get(rep["comm"])
@@ -298,7 +297,6 @@ class SlowTracker:
                 if r not in unknown and (r not in finest or v[1] < finest[r][1][1]):
                     finest[r] = (c, v)
         self.ratio = {r: v[0] for r, (_, v) in finest.items()}
-        self.timed_ranks.update(self.ratio)
         out = {}
         for r, (c, (ratio, mine, ref, ps)) in finest.items():
             m = self.models.get(r)
