@@ -92,6 +92,8 @@ class Settings:
     hang_floor_s: float = _opt(5.0, minimum=0.1, doc="minimum time inside a call before a hang")
     hang_gap_factor: float = _opt(3.0, minimum=1.0, doc="hang threshold = max(floor, factor x p99 gap)")
     hang_step_factor: float = _opt(2.0, minimum=0.0, doc="hang threshold >= factor x the job's median step time")
+    hang_warmup_s: float = _opt(60.0, minimum=0.0,
+                                doc="a comm that never completed a call is judged hung only after this long")
     stall_floor_s: float = _opt(60.0, minimum=1.0)
     stall_step_factor: float = _opt(10.0, minimum=1.0)
     heartbeat_period_s: float = _opt(1.0, minimum=0.05)
