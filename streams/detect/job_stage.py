@@ -299,7 +299,7 @@ class JobStage:
         # first iteration (compilation, calls enqueued far ahead of the compute): warm-up
         warm = self.settings.hang_warmup_s * 1e9
         current = {c: w for c, w in js.waits.items() if c not in stale and (
-            js.comms.get(c, {}).get("d", 0) >= 0 or all(now_ns - i["since_ns"] >= warm for i in w["instances"]))}
+            js.comms.get(c, {}).get("done", True) or all(now_ns - i["since_ns"] >= warm for i in w["instances"]))}
         thr = js.threshold_ns
         exited = self._exited(js)
         stuck = self._stuck(js, now_ns)

@@ -46,8 +46,10 @@ IMBALANCE = 0.2  # a stage computing this much more than the others ...
 IMBALANCE_EVALS = 10  # ... in most of its first evaluations, and this many, is an advisory
 HORIZON_NS = 10_000_000_000  # compute shares (advisory) are summed over this much of the latest windows
 HORIZON_WINDOWS = 32
+OUTLIER = 3.0  # a class of gaps this many times a rank's typical one spans an iteration's end
+MIN_CLASS_COUNT = 4  # a class of pipeline intervals is compared once it holds this many (early passes vary)
 EXACT_OTHERS = 8  # groups up to this size compare a member with the median of the others exactly
-ECHO_SHARE = 0.25  # a slowdown under this share of the largest one in the job is its echo
+ECHO_SHARE = 1 / 3  # a slowdown under this share of the largest one in the job is its echo
 LINK_FACTOR = 1.5
 LINK_MIN_MS = 1.0
 LINK_GRACE = 3
@@ -267,7 +269,11 @@ class SlowTracker:
                 ref = _others_median(lo)  # per member and class: the same stage elsewhere
                 ps = _others_median(shares_a[idx][:, None])[:, 0]
                 top = cn.max(axis=1, keepdims=True)
-                use = (cn >= top / 2) & (cn > 0) & np.isfinite(lo) & (ref > 0)
+                typical = _nanmedian(np.where(cn > 0, lo, np.nan), 1)[:, None]
+                # a class of gaps far longer than the rank's typical one spans an iteration's
+                # end: it holds waits in other comms (data parallel), not compute
+                use = ((cn >= top / 2) & (cn >= MIN_CLASS_COUNT) & np.isfinite(lo) & (ref > 0)
+                       & (lo <= OUTLIER * typical))
                 with np.errstate(all="ignore"):
                     ratio = np.where(use, lo / ref, 0.0)
                 w = np.where(use, cn, 0.0)
