@@ -61,7 +61,7 @@ class CaptureWriter:
         else:
             try:
                 line["value"] = json.loads(msg.value)
-            except ValueError:  # keep what cannot be parsed, exactly as produced
+            except (ValueError, RecursionError):  # keep what cannot be parsed, exactly as produced
                 line["value_b64"] = base64.b64encode(msg.value).decode("ascii")
         self.out.write(json.dumps(line, separators=(",", ":")) + "\n")
         self.count += 1
@@ -85,6 +85,8 @@ def parse_line(line: str, lineno: int = 0) -> Message:
         obj = json.loads(line)
     except ValueError as exc:
         raise CaptureLineError(lineno, f"not JSON ({exc.msg})") from None
+    except RecursionError:
+        raise CaptureLineError(lineno, "JSON nested too deeply") from None
     if not isinstance(obj, dict):
         raise CaptureLineError(lineno, "not a JSON object")
     topic, ts = obj.get("topic"), obj.get("ts_ns")
@@ -101,7 +103,10 @@ def parse_line(line: str, lineno: int = 0) -> Message:
         except (binascii.Error, TypeError, ValueError):
             raise CaptureLineError(lineno, "value_b64 is not base64") from None
     elif "value" in obj:
-        value = json.dumps(obj["value"], separators=(",", ":")).encode("utf-8")
+        try:
+            value = json.dumps(obj["value"], separators=(",", ":")).encode("utf-8")
+        except (RecursionError, ValueError):
+            raise CaptureLineError(lineno, "value cannot be written back as JSON") from None
     else:
         raise CaptureLineError(lineno, "neither value nor value_b64")
     return Message(topic, key, ts, value)
