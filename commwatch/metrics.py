@@ -18,10 +18,13 @@ in the class docstring.
 
 from __future__ import annotations
 
+import json
 import logging
-from typing import Any
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 log = logging.getLogger(__name__)
 
@@ -201,9 +204,39 @@ def detection_delay_s(inc: dict[str, Any]) -> float | None:
     return None
 
 
-def serve(registry: CollectorRegistry, host: str, port: int) -> tuple[Any, int]:
-    """Serve `registry` on http://host:port/metrics in a daemon thread; returns (server, port)."""
-    server, _thread = start_http_server(port, addr=host, registry=registry)
-    bound = server.server_port
-    log.info("metrics on http://%s:%d/metrics", host, bound)
+def serve(registry: CollectorRegistry, host: str, port: int,
+          routes: dict[str, Callable[[], tuple[bool, dict]]] | None = None) -> tuple[Any, int]:
+    """Serve `registry` on http://host:port/metrics in a daemon thread, and each of `routes`
+    (path -> check returning (ok, JSON body); 200 when ok, else 503); returns (server, port)."""
+    checks = dict(routes or {})
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            path = self.path.split("?", 1)[0]
+            if path in checks:
+                try:
+                    ok, body = checks[path]()
+                except Exception as exc:  # noqa: BLE001 - a failing check is a failed probe
+                    ok, body = False, {"ok": False, "reason": f"check failed: {exc}"}
+                self._reply(200 if ok else 503, "application/json", json.dumps(body).encode())
+            elif path in ("/metrics", "/"):
+                self._reply(200, CONTENT_TYPE_LATEST, generate_latest(registry))
+            else:
+                self._reply(404, "text/plain", b"not found\n")
+
+        def _reply(self, code: int, ctype: str, body: bytes) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:  # probes every few seconds: no access log
+            pass
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
+    bound = server.server_address[1]
+    log.info("metrics on http://%s:%d/metrics%s", host, bound, "".join(f", {p}" for p in checks))
     return server, bound

@@ -79,6 +79,7 @@ class Settings:
     metrics_host: str = "127.0.0.1"
     metrics_port: int = _opt(9464, minimum=0)
     log_level: str = _opt("INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    liveness_stall_s: float = _opt(30.0, minimum=1.0, doc="/livez fails after the loop made no progress this long")
     # --- detectors ---------------------------------------------------------------------
     hang_floor_s: float = _opt(5.0, minimum=0.1, doc="minimum time inside a call before a hang")
     hang_gap_factor: float = _opt(3.0, minimum=1.0, doc="hang threshold = max(floor, factor x p99 gap)")

@@ -44,6 +44,7 @@ from commwatch.metrics import StreamMetrics
 from commwatch.settings import Settings
 from commwatch.streams.deadletter import error_headers
 from commwatch.streams.ledger import AlertLedger
+from commwatch.streams.liveness import Liveness, TopicKeeper
 from commwatch.streams.window_rows import WINDOWS, window_rows
 from commwatch.wire import WireError
 
@@ -191,8 +192,13 @@ class Pipeline:
         self.metrics.deadletter.labels(reason=err.reason).inc()
 
 
-def create_app(settings: Settings, pipeline: Pipeline) -> faust.App:
-    """The faust app of one worker process (one per process: faust apps are not reentrant)."""
+def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None = None,
+               keeper: TopicKeeper | None = None) -> faust.App:
+    """The faust app of one worker process (one per process: faust apps are not reentrant).
+
+    `liveness` is fed from the loop (each consumed event, each timer tick, the assignment
+    and lag); `keeper` re-creates topics a restarted broker lost."""
+    liveness = liveness or Liveness(settings.liveness_stall_s)
     t = settings.topics
     app = faust.App(
         t.name("commwatch-stream"),
@@ -277,6 +283,8 @@ def create_app(settings: Settings, pipeline: Pipeline) -> faust.App:
             except WireError as err:
                 await dead_letter(event, err)
                 continue
+            finally:
+                liveness.beat("consume")
             await publish(out)
 
     @app.agent(comm_in, name="comm")
@@ -318,8 +326,13 @@ def create_app(settings: Settings, pipeline: Pipeline) -> faust.App:
 
     @app.timer(TICK_S)
     async def tick() -> None:
+        liveness.beat("tick")
         comm_lag, comm_topics = lag_of(comm_names)
         job_lag, job_topics = lag_of(job_names)
+        liveness.assigned(((tp.topic, tp.partition) for tp in app.consumer.assignment()), comm_lag + job_lag)
+        if keeper is not None:
+            keeper.poll()
+            liveness.problem = keeper.error
         if comm_lag == 0 and pipeline.comm_clock.max_ns:
             await publish_reports(pipeline.comm_stage.tick(pipeline.comm_clock.now()), wait=False)
         if job_lag == 0 and pipeline.job_clock.max_ns:

@@ -28,6 +28,7 @@ from commwatch.settings import Settings, SettingsError
 from commwatch.sinks.notify.delivery import Dispatcher
 from commwatch.sinks.notify.destinations import from_settings
 from commwatch.sinks.notify.routing import Router
+from commwatch.streams.liveness import Liveness
 from commwatch.wire import WireError
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def serve(settings: Settings, stop: threading.Event, group: str = "commwatch-notify",
-          dispatcher: Dispatcher | None = None, metrics: NotifyMetrics | None = None) -> Router:
+          dispatcher: Dispatcher | None = None, metrics: NotifyMetrics | None = None,
+          liveness: Liveness | None = None) -> Router:
     """Run until `stop` is set; returns the router (its counters) at exit. Everything is
     counted in `dispatcher.metrics` (built on `metrics` when no dispatcher is given)."""
     if not settings.kafka_bootstrap:
@@ -56,6 +58,8 @@ def serve(settings: Settings, stop: threading.Event, group: str = "commwatch-not
     dirty = False
     try:
         while not stop.is_set():
+            if liveness is not None:
+                liveness.polled(consumer)
             got = consumer.consume(num_messages=500, timeout=0.1)
             now = time.monotonic()
             for m in got:
@@ -95,8 +99,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     names = ", ".join(d.name for d in from_settings(settings)) or "none"
     print(f"commwatch notify: delivering {settings.topics.alerts} to {names}", file=sys.stderr)
     metrics = NotifyMetrics()
+    liveness = Liveness(settings.liveness_stall_s, name="notify")
     if not args.no_metrics:
-        _server, port = serve_metrics(metrics.registry, settings.metrics_host, settings.metrics_port)
+        _server, port = serve_metrics(metrics.registry, settings.metrics_host, settings.metrics_port,
+                                      liveness.routes())
         print(f"commwatch notify: metrics on http://{settings.metrics_host}:{port}/metrics", file=sys.stderr)
-    serve(settings, stop, args.group, metrics=metrics)
+    serve(settings, stop, args.group, metrics=metrics, liveness=liveness)
     return 0
