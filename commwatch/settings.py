@@ -104,6 +104,10 @@ class Settings:
     notify_slack_url: str = _secret()
     notify_feishu_url: str = _secret()
     notify_alertmanager_url: str = ""
+    notify_webhook_headers: str = _secret()  # "Name: value" pairs, ";"-separated, sent with the generic webhook
+    notify_alertmanager_headers: str = _secret()  # the same for Alertmanager (e.g. "Authorization: Basic ...")
+    notify_alertmanager_resend_s: float = _opt(60.0, minimum=0.5, doc="open incidents are re-sent to "
+                                               "Alertmanager this often; each send holds for 3 periods")
     notify_min_severity: str = _opt("P3", choices=("P0", "P1", "P2", "P3"))
     notify_kinds: str = _opt("", doc="comma-separated incident kinds to deliver; empty = all")
     notify_group_s: float = _opt(5.0, minimum=0.0)

@@ -283,7 +283,7 @@ def test_agents_only():
 # --- settings and credentials --------------------------------------------------------------
 
 SENTINELS = ("kafka-sasl-s3cret", "kafka-key-s3cret", "clickhouse-s3cret", "webhook-s3cret", "slack-s3cret",
-             "feishu-s3cret")
+             "feishu-s3cret", "webhook-header-s3cret", "alertmanager-header-s3cret")
 
 
 def test_credentials_land_in_secrets_only():

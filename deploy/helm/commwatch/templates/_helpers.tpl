@@ -104,7 +104,7 @@ Settings that are credentials (commwatch.settings fields marked secret). They go
 Secret only; putting one under `settings` fails the render.
 */}}
 {{- define "commwatch.secretSettings" -}}
-kafka_sasl_password kafka_ssl_key_password clickhouse_password notify_webhook_url notify_slack_url notify_feishu_url
+kafka_sasl_password kafka_ssl_key_password clickhouse_password notify_webhook_url notify_slack_url notify_feishu_url notify_webhook_headers notify_alertmanager_headers
 {{- end }}
 
 {{/*
