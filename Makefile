@@ -21,6 +21,7 @@ demo: $(STAMP)
 	$(VENV)/bin/commwatch demo
 
 test: $(STAMP)
+	sh .ci/install-test-services
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 clean:
