@@ -54,6 +54,9 @@ class StreamMetrics:
     - `commwatch_detection_delay_seconds{kind}` (histogram): event time from the fault's onset
       to the incident's `opened_ns`, as far as the incident's evidence tells the onset (see
       `detection_delay_s`); incidents that do not tell are not observed.
+    - `commwatch_stream_dropped_total{reason}` (counter): what the detector core dropped or
+      refused after decoding, by reason (`Detector.drops()`: e.g. `records`, call records
+      outside a comm's instance ring); counted by the increase at each tick.
     """
 
     def __init__(self, registry: CollectorRegistry | None = None):
@@ -87,7 +90,20 @@ class StreamMetrics:
             "commwatch_detection_delay_seconds", "event time from a fault's onset to its incident opening",
             ["kind"], buckets=DELAY_BUCKETS, registry=r,
         )
+        self.dropped = Counter(
+            "commwatch_stream_dropped", "what the detector dropped or refused, by reason", ["reason"], registry=r
+        )
         self._open: dict[str, tuple[str, str]] = {}
+        self._drops_seen: dict[str, int] = {}
+
+    def count_drops(self, cumulative: dict[str, int]) -> None:
+        """Advance `commwatch_stream_dropped_total` to the detector's cumulative counts by
+        reason (a count that went down, e.g. state forgotten, starts again from there)."""
+        for reason, total in cumulative.items():
+            before = self._drops_seen.get(reason, 0)
+            if total > before:
+                self.dropped.labels(reason=reason).inc(total - before)
+            self._drops_seen[reason] = total
 
     def incident(self, inc: dict[str, Any]) -> None:
         """Account one published incident event (contract 2.6)."""

@@ -344,6 +344,7 @@ def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None
             for name, lag in {**comm_topics, **job_topics}.items():
                 m.consumer_lag.labels(topic=t.base(name)).set(lag)
             m.jobs.set(len(pipeline.jobs))
+            m.count_drops({"records": sum(st.dropped for st in pipeline.comm_stage.comms.values())})
             newest = max(pipeline.comm_clock.max_ns, pipeline.job_clock.max_ns)
             if newest:
                 m.event_age.set(time.time() - newest / 1e9)
