@@ -13,6 +13,9 @@ failing for a while under the sink in `test_sink.py`.
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -20,7 +23,7 @@ import urllib.request
 import uuid
 
 import pytest
-from test_worker_live import is_hang_of, send_job, start_worker, wait_for
+from test_worker_live import is_hang_of, send_job, start_worker, wait_for, worker_env
 
 from commwatch import topics
 from commwatch.embedded import EmbeddedBroker, free_port
@@ -28,10 +31,12 @@ from commwatch.kafka import ensure_topics
 from commwatch.producers.simulate import JobSpec, parse_fault, simulate
 from commwatch.producers.simulate.spec import DEFAULT_START_NS
 from commwatch.settings import Settings
-from commwatch.streams.app import stream_topics
+from commwatch.streams.app import REPORTS, stream_topics
 from commwatch.streams.bench_throughput import AlertWatch, produce
 
 pytestmark = pytest.mark.integration
+
+STARTUP_S = 60  # workers started together on a fresh broker consume every partition within this (docs/scaling.md)
 
 
 def stream_settings(bootstrap: str, tmp_path, partitions: int = 2) -> Settings:
@@ -146,3 +151,89 @@ def test_a_flood_from_one_job_does_not_hide_another_jobs_hang(broker, tmp_path):
     finally:
         worker.terminate()
         worker.wait(30)
+
+
+def metric_sum(port: int, name: str) -> float:
+    try:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    except OSError:
+        return 0.0
+    return sum(float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", body, re.M))
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_workers_started_together_on_a_fresh_broker_consume_every_partition(tmp_path, workers):
+    """Property: N workers started at the same moment on a broker with no topics (they create
+    them themselves, concurrently) share every input partition among them and consume what
+    is in each, all within STARTUP_S; every worker is ready then."""
+    broker = EmbeddedBroker(log_path=tmp_path / "broker.log").start()
+    s = Settings.load(env={}, kafka_bootstrap=broker.bootstrap, topic_prefix="m" + uuid.uuid4().hex[:8],
+                      data_dir=str(tmp_path), kafka_partitions=4, metrics_port=0)
+    procs: list = []
+    try:
+        t0 = time.monotonic()
+        logs = [tmp_path / f"worker{i}.log" for i in range(workers)]
+        outs = [open(p, "ab") for p in logs]
+        procs = [subprocess.Popen([sys.executable, "-m", "commwatch.cli", "worker"], env=worker_env(s),
+                                  stdout=out, stderr=subprocess.STDOUT) for out in outs]
+        ports = [wait_port(p, log) for p, log in zip(procs, logs)]
+        inputs = [s.topics.name(t) for t in topics.INPUTS]
+        sent = produce_everywhere(s, inputs)
+        wanted = {(t, p) for t in inputs + [s.topics.name(REPORTS)] for p in range(s.kafka_partitions)}
+        deadline = t0 + STARTUP_S
+        while True:
+            answers = [probe(port, "/readyz") for port in ports]
+            owned = {(t, p) for _, body in answers for t, ps in body.get("partitions", {}).items() for p in ps}
+            consumed = sum(metric_sum(port, "commwatch_stream_messages_total") for port in ports)
+            if all(code == 200 for code, _ in answers) and wanted <= owned and consumed >= sent:
+                break
+            for proc, log in zip(procs, logs):
+                assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, (f"after {STARTUP_S} s: {consumed:.0f}/{sent} consumed, "
+                                                 f"missing {sorted(wanted - owned)}, {answers}")
+            time.sleep(0.5)
+        print(f"{workers} workers on a fresh broker: every partition assigned and consumed "
+              f"{time.monotonic() - t0:.1f} s after start")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            proc.wait(30)
+        broker.stop()
+
+
+def wait_port(proc, log) -> int:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        m = re.search(rb"metrics on http://[^:]+:(\d+)/metrics", log.read_bytes())
+        if m:
+            return int(m.group(1))
+        assert proc.poll() is None, log.read_text()
+        time.sleep(0.1)
+    raise AssertionError("no metrics address:\n" + log.read_text())
+
+
+def produce_everywhere(s: Settings, names: list[str]) -> int:
+    """One valid message of its topic in every partition of each input topic (partitions
+    chosen explicitly, so none is empty); returns how many were sent."""
+    from confluent_kafka import Producer
+
+    from hostile_inputs import HW, PROGRESS, STEPS, TOPOLOGY, batch, js
+
+    job = "jhostile"
+    values = {topics.CALLS: (f"{job}/{0xAB:016x}", batch()), topics.PROGRESS: (f"{job}/{0xAB:016x}", js(PROGRESS)),
+              topics.TOPOLOGY: (job, js(TOPOLOGY)), topics.STEPS: (job, js(STEPS)), topics.HW: (job, js(HW))}
+    producer = Producer(s.kafka_config())
+    deadline = time.monotonic() + 60
+    while not topics_exist(s, names):  # the workers create them
+        assert time.monotonic() < deadline, "no worker created the topics"
+        time.sleep(0.2)
+    count = 0
+    for name in names:
+        key, value = values[s.topics.base(name)]
+        for p in range(s.kafka_partitions):
+            producer.produce(name, value=value, key=key, partition=p)
+            count += 1
+    assert producer.flush(15) == 0
+    return count
