@@ -165,7 +165,11 @@ def test_garbage_is_dead_lettered_and_the_stream_goes_on(live):
 
 
 def test_killed_worker_restarts_without_losing_or_repeating_incidents(broker, tmp_path):
-    """Fault drill: kill -9 mid-run, restart; the open hang is neither lost nor re-announced."""
+    """Drill: kill -9 mid-run, restart. Property: on cw.alerts.v1 the open hang is neither
+    lost (the restarted worker finds it again from the heartbeats) nor announced twice (its
+    alert ledger, read back from the alerts topic, knows it is open); no incident opens twice.
+    Without the ledger the restarted worker never logs the hang as already open and the
+    test fails."""
     from commwatch.kafka import ensure_topics
 
     s = Settings.load(env={}, kafka_bootstrap=broker.bootstrap, topic_prefix="r" + uuid.uuid4().hex[:8],
