@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, Iterator, NamedTuple
 
 from commwatch import topics
+from commwatch.wire import MAX_TS_NS
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,8 @@ def parse_line(line: str, lineno: int = 0) -> Message:
         raise CaptureLineError(lineno, "topic missing or not a string")
     if not isinstance(ts, int) or isinstance(ts, bool):
         raise CaptureLineError(lineno, "ts_ns missing or not an integer")
+    if not 0 <= ts < MAX_TS_NS:  # the clock of replay: an absurd one would move every job's time
+        raise CaptureLineError(lineno, "ts_ns negative or far in the future")
     key = obj.get("key")
     if key is not None and not isinstance(key, str):
         raise CaptureLineError(lineno, "key is not a string")

@@ -70,6 +70,8 @@ def decode_message(msg: Message, max_bytes: int | None = None) -> CallBatch | di
     One record that breaks a rule refuses the whole message: a producer that writes one
     absurd record is not trusted for the others, and the message goes to the dead-letter
     topic whole, as received, so nothing is silently half-applied."""
+    if not 0 <= msg.ts_ns < wire.MAX_TS_NS:  # the message's time drives the detectors' clocks
+        raise WireError("bad_time", f"message time {msg.ts_ns} ns is negative or far in the future")
     if max_bytes is not None and len(msg.value) > max_bytes:
         raise WireError("oversized", f"value of {len(msg.value)} bytes exceeds the {max_bytes}-byte limit")
     if msg.topic == topics.CALLS:

@@ -28,6 +28,7 @@ class Case(NamedTuple):
     key: str | None
     value: bytes
     reason: str
+    ts_ms: int | None = None  # the message's own (Kafka) time, when the case is about it
 
 
 def good_records(n: int = 4) -> np.ndarray:
@@ -170,6 +171,8 @@ def _cases() -> list[Case]:
         Case("job id of 10k characters", S, "j" * 10_000, js(STEPS, job="j" * 10_000), "bad_job"),
         Case("job differs from the key", S, "jother", js(STEPS), "job_mismatch"),
         Case("steps without a key", S, None, js(STEPS), "bad_key"),
+        # --- the message's own time (producer-set Kafka timestamp; the capture's ts_ns)
+        Case("message time in 2250", S, JOB, js(STEPS), "bad_time", ts_ms=8_835_984_000_000),
         # --- hardware samples
         Case("hw time negative", H, JOB, js(HW, ts_ns=-1), "bad_time"),
         Case("hw time at int64's end", H, JOB, js(HW, ts_ns=2**63 - 1), "bad_time"),

@@ -222,7 +222,7 @@ def test_every_hostile_case_is_dead_lettered_with_its_reason_and_the_worker_goes
     odd_key = b"\xff\xfe/00000000000000ab"
     sender = Sender(s, s.kafka_bootstrap)
     for case in hostile.CASES:
-        assert sender.send(s.topics.name(case.topic), case.key, case.value)
+        assert sender.send(s.topics.name(case.topic), case.key, case.value, timestamp_ms=case.ts_ms)
     assert sender.send(s.topics.calls, odd_key, hostile.batch())
     assert sender.flush(15) == 0
     mine = {c.key.encode() if c.key is not None else None for c in hostile.CASES} | {odd_key}
