@@ -21,7 +21,7 @@ demo: $(STAMP)
 	$(VENV)/bin/commwatch demo
 
 test: $(STAMP)
-	sh .ci/install-test-services
+	.ci/install-test-tools
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 clean:

@@ -51,14 +51,17 @@ class Liveness:
         self._partitions: dict[str, list[int]] = {}
         self._lag: int | None = None
         self._assignment_at = float("-inf")
+        self._unread = False
         self.problem: str | None = None  # set by the loop: a reason not to be ready (e.g. broker lost)
 
     def beat(self, what: str = "tick") -> None:
         """The loop made progress (`what`: tick, consume, poll ...)."""
         self.last[what] = self.monotonic()
 
-    def assigned(self, partitions: Iterable[tuple[str, int]], lag: int | None) -> None:
-        """The consumer's assignment (topic, partition) and its total lag in messages."""
+    def assigned(self, partitions: Iterable[tuple[str, int]], lag: int | None, unread: bool = False) -> None:
+        """The consumer's assignment (topic, partition), its total lag in messages, and
+        whether a partition that holds data has not delivered yet (start-up)."""
+        self._unread = unread
         parts: dict[str, list[int]] = {}
         for topic, partition in partitions:
             parts.setdefault(topic, []).append(int(partition))
@@ -107,6 +110,8 @@ class Liveness:
             reason = self.problem
         elif not body["assigned"]:
             reason = "no partitions assigned"
+        elif self._unread:
+            reason = "a partition that holds data has not been read yet"
         elif self._lag is not None and self._lag > self.ready_lag:
             reason = f"behind: {self._lag} messages to read (caught up at {self.ready_lag} or fewer)"
         body.update(ok=reason is None, reason=reason)

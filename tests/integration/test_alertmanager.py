@@ -1,5 +1,5 @@
 """`commwatch notify` against a real Prometheus Alertmanager on loopback (Debian's
-`prometheus-alertmanager`, installed by `.ci/install-test-services`), behind basic auth,
+`prometheus-alertmanager`, installed by `.ci/install-test-tools`), behind basic auth,
 configured by the example `deploy/alertmanager/commwatch.yml` with its receivers pointed at
 a recording webhook and its timings shortened.
 
@@ -120,7 +120,7 @@ class Alertmanager:
 def am(tmp_path):
     if binary() is None:
         pytest.skip("no Alertmanager binary (Debian package prometheus-alertmanager; "
-                    "`sh .ci/install-test-services` installs it as root)")
+                    "`.ci/install-test-tools` installs it as root)")
     receiver = Receiver()
     manager = Alertmanager(tmp_path, receiver)
     yield manager, receiver

@@ -129,3 +129,14 @@ def test_the_topic_keeper_reports_what_it_recreated_and_broker_errors():
         assert time.monotonic() < deadline
         time.sleep(0.01)
     assert keeper.error == "broker unreachable: no broker"
+
+
+def test_not_ready_while_a_partition_holding_data_is_unread():
+    clock = Clock()
+    live = Liveness(stall_s=30, monotonic=clock)
+    live.beat("tick")
+    live.assigned([("cw.calls.v1", 0)], lag=0, unread=True)
+    ok, body = live.ready()
+    assert not ok and body["reason"] == "a partition that holds data has not been read yet"
+    live.assigned([("cw.calls.v1", 0)], lag=0)
+    assert live.ready()[0]
