@@ -22,7 +22,7 @@ import time
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
-from commwatch import kafka, topics
+from commwatch import discovery, kafka, topics
 from commwatch.capture import Message
 from commwatch.decode import decode_message
 from commwatch.metrics import NotifyMetrics
@@ -143,6 +143,7 @@ def rebuild(settings: Settings, group: str, router: Router, now: float, timeout_
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    settings = discovery.with_kafka(settings, "commwatch notify")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
