@@ -52,14 +52,10 @@ def consumer(settings: Settings, bootstrap: str, group: str, **extra: Any) -> Co
 
 
 def ensure_topics(settings: Settings, bootstrap: str, names: Iterable[str] | None = None,
-<<<<<<< HEAD
                   partitions: int | None = None, timeout_s: float = 15.0) -> list[str]:
-    """Create the contract's topics (or `names`) if missing; returns those it created."""
-=======
-                  partitions: int | None = None, timeout_s: float = 15.0) -> None:
-    """Create the contract's topics (or `names`) if missing. A broker that does not answer
-    in `timeout_s` raises `SettingsError` naming COMMWATCH_KAFKA_BOOTSTRAP."""
->>>>>>> main
+    """Create the contract's topics (or `names`) if missing; returns those it created. A
+    broker that does not answer in `timeout_s` raises `SettingsError` naming
+    COMMWATCH_KAFKA_BOOTSTRAP."""
     names = list(names) if names is not None else settings.topics.all()
     admin = AdminClient({**settings.kafka_config(bootstrap), "log_level": 0})  # failures are raised, not logged
     try:

@@ -344,10 +344,13 @@ def detection_delay_s(inc: dict[str, Any]) -> float | None:
 
 
 def serve(registry: CollectorRegistry, host: str, port: int,
-<<<<<<< HEAD
-          routes: dict[str, Callable[[], tuple[bool, dict]]] | None = None) -> tuple[Any, int]:
+          routes: dict[str, Callable[[], tuple[bool, dict]]] | None = None,
+          key: str = "COMMWATCH_METRICS_PORT") -> tuple[Any, int]:
     """Serve `registry` on http://host:port/metrics in a daemon thread, and each of `routes`
-    (path -> check returning (ok, JSON body); 200 when ok, else 503); returns (server, port)."""
+    (path -> check returning (ok, JSON body); 200 when ok, else 503); returns (server, port).
+    A port that cannot be bound raises `SettingsError` naming `key`."""
+    from commwatch.settings import SettingsError
+
     checks = dict(routes or {})
 
     class Handler(BaseHTTPRequestHandler):
@@ -374,24 +377,14 @@ def serve(registry: CollectorRegistry, host: str, port: int,
         def log_message(self, *args: Any) -> None:  # probes every few seconds: no access log
             pass
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
-    bound = server.server_address[1]
-    log.info("metrics on http://%s:%d/metrics%s", host, bound, "".join(f", {p}" for p in checks))
-=======
-          key: str = "COMMWATCH_METRICS_PORT") -> tuple[Any, int]:
-    """Serve `registry` on http://host:port/metrics in a daemon thread; returns (server, port).
-    A port that cannot be bound raises `SettingsError` naming `key`."""
-    from commwatch.settings import SettingsError
-
     try:
-        server, _thread = start_http_server(port, addr=host, registry=registry)
+        server = ThreadingHTTPServer((host, port), Handler)
     except (OSError, OverflowError) as exc:
         why = getattr(exc, "strerror", None) or str(exc)
         raise SettingsError(f"{key}: cannot serve metrics on {host}:{port} ({why}); "
                             f"set {key}=0 for a free port, or another port") from None
-    bound = server.server_port
-    log.info("metrics on http://%s:%d/metrics", host, bound)
->>>>>>> main
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
+    bound = server.server_address[1]
+    log.info("metrics on http://%s:%d/metrics%s", host, bound, "".join(f", {p}" for p in checks))
     return server, bound
