@@ -171,9 +171,6 @@ def test_garbage_is_dead_lettered_and_the_stream_goes_on(live):
     assert proc.poll() is None
 
 
-@pytest.mark.xfail(reason="since the detector rewrite (main 831e873), the restarted worker never says anything "
-                          "more about the hang that is still open (no re-open, no resolution): the incident stays "
-                          "open downstream for good; for the detector core", strict=False)
 def test_killed_worker_restarts_without_losing_or_repeating_incidents(broker, tmp_path):
     """Drill: kill -9 mid-run, restart. Property: on cw.alerts.v1 the open hang is neither
     lost (the restarted worker finds it again from the heartbeats) nor announced twice (its
