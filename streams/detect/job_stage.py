@@ -467,14 +467,8 @@ class JobStage:
                 evidence={"job_slowdown": loss, "median_step_s": round(js.steps.median_step_s(), 3),
                           "baseline_step_s": round(js.steps.base_s, 3)},
                 id_hint=f"{now_ns}"))
-        links = js.slow.slow_links(now_ns, set(found))
+        links, nodes = js.slow.slow_links(now_ns, set(found))
         if links:
-            counts: dict[str, int] = {}
-            for link in links:
-                for n in link["nodes"]:
-                    counts[n] = counts.get(n, 0) + 1
-            top = max(counts.values())
-            nodes = sorted(n for n, c in counts.items() if c == top)
             out.extend(js.book.assert_(
                 ("slow_link", tuple(nodes)), now_ns, kind="slow_link", severity="P2", culprit_ranks=[],
                 culprit_nodes=nodes, comm=links[0]["comm"],

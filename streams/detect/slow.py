@@ -240,7 +240,7 @@ class SlowTracker:
     def _comm_ratios(self, now_ns: int, stale: set[str], latest: bool) -> dict[str, dict[int, tuple]]:
         """Per current comm, per rank: (ratio, its busy, peers' busy, peers' busy share). A
         pipeline comm compares each class of compute interval with the same class of the same
-        stage elsewhere, and weighs the classes' ratios by their counts (the steady passes:
+        stage elsewhere, and takes the median of the classes' ratios (the steady passes:
         classes at least half as frequent as the most frequent one)."""
         cur = {c: ct for c, ct in self.comms.items() if ct.timed and ct.busy and c not in stale
                and self._fresh(ct, now_ns)}
@@ -275,15 +275,13 @@ class SlowTracker:
                 use = ((cn >= top / 2) & (cn >= MIN_CLASS_COUNT) & np.isfinite(lo) & (ref > 0)
                        & (lo <= OUTLIER * typical))
                 with np.errstate(all="ignore"):
-                    ratio = np.where(use, lo / ref, 0.0)
-                w = np.where(use, cn, 0.0)
-                den = w.sum(axis=1)
+                    ratio = np.where(use, lo / ref, np.nan)
+                med = _nanmedian(ratio, 1)  # one class that spans an iteration's edge does not move it
                 for k, j in enumerate(idx.tolist()):
-                    if den[k] > 0:
+                    if np.isfinite(med[k]):
                         fine = int(np.nanargmin(np.where(use[k], lo[k], np.nan)))
                         c, r, _, _ = rows[j]
-                        out[c][r] = (float((ratio[k] * w[k]).sum() / den[k]), float(lo[k, fine]),
-                                     float(ref[k, fine]), float(ps[k]))
+                        out[c][r] = (float(med[k]), float(lo[k, fine]), float(ref[k, fine]), float(ps[k]))
         for c, ct in cur.items():
             if ct.p2p:
                 continue
@@ -375,17 +373,37 @@ class SlowTracker:
                 out.append({"stage": s, "ranks": sorted(stages[s]), "ratio": round(ratio, 3)})
         return out
 
-    def slow_links(self, now_ns: int, slow_ranks: set[int]) -> list[dict]:
-        hot = []
+    def slow_links(self, now_ns: int, slow_ranks: set[int]) -> tuple[list[dict], list[str]]:
+        """Cross-node comms whose transfers stay slow while no member rank is slow, and the nodes
+        to blame: the ends of the node pairs every slow comm spans and no comm with normal
+        transfers spans (a pair both ends of which also meet in a healthy comm is a healthy link);
+        without such a pair, the nodes the most slow comms share."""
+        hot, cool = [], []
         for comm, ct in self.comms.items():
-            if ct.p2p or not self._fresh(ct, now_ns) or len(ct.nodes) < 2 or ct.link_streak < self.slow_windows:
+            if ct.p2p or not self._fresh(ct, now_ns) or len(ct.nodes) < 2:
+                continue
+            if ct.link_streak < self.slow_windows:
+                if ct.link_streak == 0 and ct.base_xfer >= 0:
+                    cool.append(set(ct.nodes))
                 continue
             if slow_ranks.intersection(ct.ranks) or any(self.ratio.get(r, 1.0) >= 1 + self.slow_impact
                                                         for r in ct.ranks):
                 continue
             hot.append({"comm": comm, "nodes": list(ct.nodes), "xfer_ms": ct.xfer_ms,
                         "normal_xfer_ms": round(ct.base_xfer, 3)})
-        return hot
+        if not hot:
+            return [], []
+        shared = set.intersection(*(set(h["nodes"]) for h in hot))
+        pairs = {(a, b) for a in shared for b in shared if a < b
+                 and not any(a in c and b in c for c in cool)}
+        if pairs:
+            return hot, sorted({n for p in pairs for n in p})
+        counts: dict[str, int] = {}
+        for h in hot:
+            for n in h["nodes"]:
+                counts[n] = counts.get(n, 0) + 1
+        top = max(counts.values())
+        return hot, sorted(n for n, c in counts.items() if c == top)
 
     def lateness(self) -> dict[int, float]:
         """Each rank's largest mean arrival lag (ms) in its comms' latest windows."""

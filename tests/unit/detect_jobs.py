@@ -95,9 +95,10 @@ class HandJob:
 
 
 def steps(job: HandJob, n: int, step: int = S, late: dict[int, dict[int, int]] | None = None,
-          skew: dict | None = None, jitter: int = 0, seed: int = 0) -> None:
+          skew: dict | None = None, jitter: int = 0, seed: int = 0, xfer: dict[int, int] | None = None) -> None:
     """`n` iterations: each comm runs one collective per iteration; `late[comm][rank]` delays a
-    rank's entry (and so everyone's completion); each comm starts 10 ms after the previous one."""
+    rank's entry (and so everyone's completion); a comm's transfer takes `xfer[comm]` (2 ms) after
+    its last entry; each comm starts 10 ms after the previous one."""
     rng = np.random.default_rng(seed)
     late = late or {}
     for _ in range(n):
@@ -106,5 +107,5 @@ def steps(job: HandJob, n: int, step: int = S, late: dict[int, dict[int, int]] |
             seq = job.state[(comm, ranks[0])][0] + 1
             t = base + i * 10 * MS
             starts = {r: t + late.get(comm, {}).get(r, 0) + int(rng.integers(0, jitter + 1)) for r in ranks}
-            job.collective(comm, seq, starts, max(starts.values()) + 2 * MS, skew)
+            job.collective(comm, seq, starts, max(starts.values()) + (xfer or {}).get(comm, 2 * MS), skew)
         job.beat(job.now)

@@ -82,3 +82,15 @@ def test_hw_anomaly_without_impact_is_hw_fault(settings):
     steps(j, 4)
     (inc,) = j.opened()
     assert inc["kind"] == "hw_fault" and inc["culprit_ranks"] == [6] and inc["severity"] == "P3"
+
+
+def test_slow_link_names_the_pair_no_healthy_comm_spans(settings):
+    # a ring over n0, n1, n2 is slow; the n0-n1 and n0-n2 comms are not: the n1-n2 link is to blame
+    nodes = {0: "n0", 1: "n0", 2: "n1", 3: "n1", 4: "n2", 5: "n2"}
+    ring, a, b = 0xC1, 0xC2, 0xC3
+    j = HandJob(settings, {ring: [0, 2, 4], a: [1, 3], b: [5, 1]}, nodes)
+    steps(j, 6)
+    steps(j, 8, xfer={ring: 30 * MS})
+    (inc,) = j.opened()
+    assert inc["kind"] == "slow_link" and inc["culprit_ranks"] == [] and inc["culprit_nodes"] == ["n1", "n2"]
+    assert [c["comm"] for c in inc["evidence"]["comms"]] == [f"{ring:016x}"]
