@@ -23,6 +23,22 @@ bytes, then store the real kind. A reader treats kind 0 as "not yet published". 
 full, writers overwrite the oldest records; a reader that falls more than `capacity`
 behind skips ahead and counts what it lost.
 
+Lifecycle (the NCCL probe follows the same protocol):
+
+- The writer holds an exclusive `flock` on its ring file from creation until it
+  finalises. It takes a name only from nobody alive: `<rank>.ring` when no file is there
+  or the file there is not locked (its writer is gone; the writer replaces it while
+  holding that file's lock), else `<rank>.<pid>.ring`. Companion files (`.steps`,
+  `.meta.json`) share the ring's stem.
+- At finalisation (atexit, `hook.uninstall()`) the writer unlinks its files (ring, steps,
+  meta) and then releases the lock. A killed process cannot unlink; the kernel releases
+  its lock.
+- A reader learns that the writer is gone when it can take the lock itself
+  (`flock(fd, LOCK_EX | LOCK_NB)` on its own descriptor; EWOULDBLOCK = alive). This works
+  across PID namespaces, unlike `kill(pid, 0)`. While it holds that lock no new writer
+  takes the name, so it may read what was left and remove the files, after checking
+  that the name still points at the file it holds.
+
 >>> import tempfile, os
 >>> d = tempfile.mkdtemp()
 >>> w = RingWriter(os.path.join(d, "0.ring"), rank=0, job="j", capacity=8)
@@ -35,6 +51,8 @@ behind skips ahead and counts what it lost.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import itertools
 import mmap
 import os
@@ -126,23 +144,30 @@ class RingWriter:
                  magic: bytes = MAGIC):
         if capacity <= 0 or capacity & (capacity - 1):
             raise RingError("bad_capacity", f"capacity {capacity} is not a power of two")
-        self.path = Path(path)
+        path = Path(path)
         self.capacity = capacity
         self.mask = capacity - 1
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
         size = HEADER_SIZE + capacity * RECORD_SIZE
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file: nobody else holds it
             os.ftruncate(fd, size)
             self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
+            job_b = job.encode("utf-8")[: JOB_ID_LEN - 1]
+            _HEAD.pack_into(self.mm, 0, b"\0" * 8, VERSION, RECORD_SIZE, capacity, 0, 0, time.time_ns(),
+                            os.getpid(), rank, os.getuid(), 0, job_b, 0)
+            self.mm[OFF_MAGIC:OFF_MAGIC + 8] = magic  # last: the file is now a ring
+            self.path = claim(tmp, path)
+        except BaseException:
             os.close(fd)
-        job_b = job.encode("utf-8")[: JOB_ID_LEN - 1]
-        _HEAD.pack_into(self.mm, 0, b"\0" * 8, VERSION, RECORD_SIZE, capacity, 0, 0, time.time_ns(),
-                        os.getpid(), rank, os.getuid(), 0, job_b, 0)
-        self.mm[OFF_MAGIC:OFF_MAGIC + 8] = magic  # last: the file is now a ring
-        os.replace(tmp, self.path)
+            try:
+                tmp.unlink()
+            except FileNotFoundError:
+                pass
+            raise
+        self.fd = fd  # kept open: holds the lock that says the writer is alive
         self.rank = rank
         self.counter = itertools.count()
         self.lock = threading.Lock()  # step records only: written from the training thread
@@ -174,6 +199,7 @@ class RingWriter:
             _I64.pack_into(mm, OFF_HEARTBEAT, t_end_ns)
 
     def close(self, unlink: bool = False) -> None:
+        """Unmap; with `unlink`, remove the file first. The lock goes last."""
         try:
             self.mm.close()
         except (BufferError, ValueError):
@@ -183,6 +209,58 @@ class RingWriter:
                 self.path.unlink()
             except FileNotFoundError:
                 pass
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def companion(ring: str | Path, suffix: str) -> Path:
+    """`<stem>.<suffix>` next to ring `<stem>.ring` (steps, meta.json)."""
+    ring = Path(ring)
+    return ring.with_name(ring.name[: -len(".ring")] + "." + suffix if ring.name.endswith(".ring") else
+                          ring.name + "." + suffix)
+
+
+def same_file(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def claim(tmp: Path, path: Path, tries: int = 3) -> Path:
+    """Move the new file `tmp` (whose lock the caller holds) to `path`, or to
+    `<stem>.<pid><suffix>` when a live writer (or a reader finishing a dead one) holds
+    `path`. Returns the name taken."""
+    for _ in range(tries):
+        try:
+            old = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            try:
+                os.link(tmp, path)  # fails if a file appeared meanwhile: never replaces one
+            except FileExistsError:
+                continue
+            os.unlink(tmp)
+            return path
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            os.replace(tmp, path)  # a symlink is nobody's ring: replace the link itself
+            return path
+        try:
+            try:
+                fcntl.flock(old, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                break  # alive: take another name
+            try:
+                here = os.stat(path, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if same_file(here, os.fstat(old)):
+                os.replace(tmp, path)  # under the old file's lock: nobody else replaces it meanwhile
+                return path
+        finally:
+            os.close(old)
+    alt = path.with_name(f"{path.name[: -len(path.suffix)] if path.suffix else path.name}.{os.getpid()}{path.suffix}")
+    os.replace(tmp, alt)
+    return alt
 
 
 class RingReader:
@@ -196,31 +274,38 @@ class RingReader:
     def __init__(self, path: str | Path, magic: bytes = MAGIC, dtype: np.dtype = RECORD_DTYPE,
                  stuck_s: float = 1.0, from_start: bool = True):
         self.path = Path(path)
-        fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             st = os.fstat(fd)
             if st.st_size < HEADER_SIZE:
                 raise RingError("truncated", f"{self.path}: {st.st_size} bytes, shorter than the header")
             self.mm = mmap.mmap(fd, st.st_size, mmap.MAP_SHARED, mmap.PROT_READ)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        self.fd = fd  # kept open for the liveness lock (`writer_gone`)
+        self.stat = st
+        self.locked = False
         self.st_uid = st.st_uid
         (got_magic, version, rsize, capacity, _w, _d, _hb, self.pid, self.rank, self.uid, _r,
          job, _c) = _HEAD.unpack_from(self.mm, 0)
+        bad = None
         if got_magic != magic:
+            bad = RingError("bad_magic", f"{self.path}: magic {got_magic!r} is not {magic!r}")
+        elif version != VERSION or rsize != RECORD_SIZE:
+            bad = RingError("bad_version", f"{self.path}: version {version}, record size {rsize}")
+        elif capacity <= 0 or capacity & (capacity - 1) or HEADER_SIZE + capacity * RECORD_SIZE > st.st_size:
+            bad = RingError("bad_capacity", f"{self.path}: capacity {capacity} does not fit the file")
+        if bad is not None:
             self.mm.close()
-            raise RingError("bad_magic", f"{self.path}: magic {got_magic!r} is not {magic!r}")
-        if version != VERSION or rsize != RECORD_SIZE:
-            self.mm.close()
-            raise RingError("bad_version", f"{self.path}: version {version}, record size {rsize}")
-        if capacity <= 0 or capacity & (capacity - 1) or HEADER_SIZE + capacity * RECORD_SIZE > st.st_size:
-            self.mm.close()
-            raise RingError("bad_capacity", f"{self.path}: capacity {capacity} does not fit the file")
+            os.close(fd)
+            raise bad
         self.capacity = capacity
         self.mask = capacity - 1
         self.job = job.rstrip(b"\0").decode("utf-8", "replace")
         self.dtype = dtype
         self.header = np.frombuffer(self.mm, dtype="<u8", count=HEADER_SIZE // 8)
+        self.header32 = np.frombuffer(self.mm, dtype="<i4", count=HEADER_SIZE // 4)
         self.slots = np.frombuffer(self.mm, dtype=dtype, count=capacity, offset=HEADER_SIZE)
         self.stuck_ns = int(stuck_s * 1e9)
         self.read_index = 0 if from_start else self.write_index
@@ -230,6 +315,22 @@ class RingReader:
     @property
     def write_index(self) -> int:
         return int(self.header[OFF_WRITE_INDEX // 8])
+
+    @property
+    def header_pid(self) -> int:
+        return int(self.header32[OFF_PID // 4])
+
+    def writer_gone(self) -> bool:
+        """True once the writer released its lock (it finalised or died); from then on
+        this reader holds the lock, so no new writer takes the file, until `close()`."""
+        if self.locked:
+            return True
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        self.locked = True
+        return True
 
     @property
     def dropped(self) -> int:
@@ -244,6 +345,11 @@ class RingReader:
         lost = 0
         w = self.write_index
         r = self.read_index
+        pid = self.header_pid
+        if pid != self.pid or w < r:  # a new writer re-created the ring in place: start over
+            self.pid = pid
+            r = self.read_index = 0
+            self._stuck_since = 0
         if w - r > self.capacity:
             lost += w - r - self.capacity
             r = w - self.capacity
@@ -291,8 +397,12 @@ class RingReader:
         return recs, lost
 
     def close(self) -> None:
-        del self.header, self.slots
+        """Unmap and close (which releases the lock if this reader took it)."""
+        del self.header, self.header32, self.slots
         try:
             self.mm.close()
         except (BufferError, ValueError):
             pass
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
