@@ -1,5 +1,9 @@
 """Per-communicator progress of the local ranks, from the records seen (contract 2.2).
 
+`completed` counts only completions that were observed (COMPLETED); a record that says
+COMPLETION_LOST leaves it where it is: the detectors read that flag from the records.
+A rank whose process is gone is reported with `"exited": true` (see docs/architecture.md).
+
 >>> from commwatch import wire
 >>> recs = wire.empty(2); recs["kind"] = 1; recs["op"] = 1; recs["comm"] = 7; recs["rank"] = 3
 >>> recs["seq"] = [4, 4]; recs["flags"] = [0, 1]; recs["t_start_ns"] = 10; recs["t_end_ns"] = [0, 20]
@@ -26,9 +30,12 @@ class RankState:
     t_last_start_ns: int = 0
     t_last_end_ns: int = 0
     p2p: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # (peer, op) -> [started, completed]
+    exited: bool = False  # the rank's process is gone (its last heartbeats say so)
 
     def as_json(self, rank: int) -> dict:
         out: dict = {"rank": rank, "started": self.started, "completed": self.completed}
+        if self.exited:
+            out["exited"] = True
         if self.t_last_start_ns:
             out["t_last_start_ns"] = self.t_last_start_ns
         if self.t_last_end_ns:
@@ -88,6 +95,16 @@ class Progress:
             cell[0] = max(cell[0], seq)
             if d:
                 cell[1] = max(cell[1], seq)
+
+    def exit(self, job: str, rank: int) -> int:
+        """Mark `rank` exited on every communicator it is in; returns how many."""
+        n = 0
+        for (j, _comm), ranks in self.table.items():
+            st = ranks.get(rank) if j == job else None
+            if st is not None:
+                st.exited = True
+                n += 1
+        return n
 
     def forget(self, job: str, rank: int) -> None:
         for key in [k for k in self.table if k[0] == job]:
