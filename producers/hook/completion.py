@@ -79,6 +79,7 @@ class Completions:
         self.completed = 0
         self.dropped = 0  # calls refused because the queue was full
         self.lost = 0  # calls given up on (timeout, close, dropped)
+        self.busy_ns = 0  # time the poller spent in its passes
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -106,8 +107,7 @@ class Completions:
                 self.events.release(start)
                 self.events.release(end)
             return
-        self.inbox.append(Pending(call, flags, start, end, self.anchor if end is not None else None, work,
-                                  time.monotonic() + self.timeout_s))
+        self.inbox.append((call, flags, start, end, self.anchor, work))  # a tuple: the cheapest hand-over
 
     def give_up(self, call: tuple, flags: int) -> None:
         op, comm, seq, t0, nbytes, peer = call
@@ -124,11 +124,13 @@ class Completions:
         if thread_init is not None:
             thread_init()
         while not self._stop.is_set():
+            t0 = time.perf_counter_ns()
             try:
                 busy = self.poll()
             except Exception:  # never let the poller die: count and go on
                 log.exception("commwatch hook: completion poller error")
                 busy = True
+            self.busy_ns += time.perf_counter_ns() - t0
             self._stop.wait(self.poll_s if busy else self.idle_s)
 
     def poll(self) -> bool:
@@ -139,8 +141,12 @@ class Completions:
             self.reanchor()  # also while idle: the next call converts with an anchor this recent
         inbox = self.inbox
         pending = self.pending
-        while inbox:
-            pending.append(inbox.popleft())
+        if inbox:
+            deadline = mono + self.timeout_s  # counted from when the poller first sees the call
+            while inbox:
+                call, flags, start, end, anchor, work = inbox.popleft()
+                pending.append(Pending(call, flags, start, end, anchor if end is not None else None, work,
+                                       deadline))
         if not pending:
             self.n_pending = 0
             return False
