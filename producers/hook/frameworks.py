@@ -149,14 +149,16 @@ class Funcol:
                 c.seq = seq + 1
                 flags = 0
                 start = None
-                if c.stream and t is not None and hook.on_device(first_tensor(t)):
+                on_stream = c.stream and t is not None and hook.on_device(first_tensor(t))
+                if on_stream and hook.events is not None:
+                    hook.ensure_anchor()  # before this call's enqueue time and events
+                t0 = time.time_ns()
+                if on_stream:
                     flags = ENQ
                     if hook.events is not None:
-                        hook.ensure_anchor()
                         start = hook.events.record()
                         if start is None:
                             flags = ENQ | GRAPH
-                t0 = time.time_ns()
                 hook.ring.write(CALL, op, flags, c.id, seq, t0, 0, nbytes, c.comm_rank, -1, c.nranks, 0, t0)
             except Exception:
                 hook.errors += 1

@@ -149,17 +149,18 @@ def wrap_call(hook: Any, fn: Callable, spec: Spec) -> Callable:
             flags = 0
             start = None
             events = None
+            t0 = time_ns()
             if c.stream and t is not None and hook.on_device(first_tensor(t)):
                 flags = ENQ
                 events = hook.events
                 if events is not None and not async_op:
                     if hook.completions.anchor is None:
                         hook.completions.start()  # first anchor before this call's events
+                        t0 = time_ns()
                     start = events.record()
                     if start is None:
                         flags = ENQ | GRAPH
             ring = hook.ring
-            t0 = time_ns()
             ring.write(CALL, op, flags, c.id, seq, t0, 0, nbytes, c.comm_rank, peer, c.nranks, 0, t0)
         except Exception:
             hook.errors += 1
