@@ -237,6 +237,11 @@ def claim(tmp: Path, path: Path, tries: int = 3) -> Path:
                 os.link(tmp, path)  # fails if a file appeared meanwhile: never replaces one
             except FileExistsError:
                 continue
+            except OSError as exc:  # a filesystem without hard links
+                if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP):
+                    raise
+                os.replace(tmp, path)
+                return path
             os.unlink(tmp)
             return path
         except OSError as exc:

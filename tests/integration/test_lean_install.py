@@ -10,6 +10,7 @@ packages and none of the pipeline's.
 from __future__ import annotations
 
 import email
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -30,9 +31,14 @@ def run(*cmd: str, **kw) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
+    src = tmp_path_factory.mktemp("src")  # a copy of what the package is built from (as deploy/Dockerfile
+    for name in ("pyproject.toml", "setup.py", "README.md"):  # does), so the build leaves this tree alone
+        shutil.copy(ROOT / name, src / name)
+    for name in ("commwatch", "producers", "streams", "sinks"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     out = tmp_path_factory.mktemp("wheel")
     run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
-        "-w", str(out), str(ROOT))
+        "-w", str(out), str(src))
     (whl,) = out.glob("commwatch-*.whl")
     return whl
 

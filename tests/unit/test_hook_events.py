@@ -161,3 +161,19 @@ def test_close_gives_up_on_open_calls(device_hook):
     recs, _ = reader.poll()
     calls = recs[recs["kind"] == wire.KIND_CALL]
     assert [int(f) for f in calls["flags"]] == [ENQ | LOST]
+
+
+def test_functional_collective_completes_after_its_wait_on_the_device(device_hook):
+    import torch.distributed._functional_collectives as funcol
+
+    h, src, reader = device_hook
+    out = funcol.all_reduce(torch.ones(4), "sum", dist.group.WORLD)
+    entry = calls_until(reader, lambda g: len(g) >= 1)
+    assert [int(r["flags"]) for r in entry] == [ENQ] and len(src.recorded) == 1  # the start event
+    out.wait()  # the caller's stream now waits for it: the end event goes after the wait
+    assert len(src.recorded) == 2
+    t0 = int(entry[0]["t_start_ns"])
+    src.finish(src.recorded[0], t0 + 1_000_000 + OFFSET_NS)
+    src.finish(src.recorded[1], t0 + 3_000_000 + OFFSET_NS)
+    r = calls_until(reader, lambda g: len(g) >= 1)[0]
+    assert r["flags"] == DONE | GPU and abs(int(r["t_end_ns"]) - (t0 + 3_000_000)) <= 1000
