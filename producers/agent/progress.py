@@ -2,7 +2,10 @@
 
 `completed` counts only completions that were observed (COMPLETED); a record that says
 COMPLETION_LOST leaves it where it is: the detectors read that flag from the records.
-A rank whose process is gone is reported with `"exited": true` (see docs/architecture.md).
+A rank whose process is gone is reported with `"exited": true` (see docs/architecture.md)
+on every communicator it was in, including those it left (COMM_DESTROY) in the last
+`LEFT_GRACE` heartbeats: a process that finalises leaves all its communicators just before
+it exits, and its exit must still be reported on them.
 
 >>> from commwatch import wire
 >>> recs = wire.empty(2); recs["kind"] = 1; recs["op"] = 1; recs["comm"] = 7; recs["rank"] = 3
@@ -21,6 +24,7 @@ import numpy as np
 from commwatch import wire
 
 P2P_NAMES = {wire.OP_SEND: "send", wire.OP_RECV: "recv"}
+LEFT_GRACE = 3  # heartbeats a rank's state is kept after it left a communicator
 
 
 @dataclass
@@ -31,6 +35,7 @@ class RankState:
     t_last_end_ns: int = 0
     p2p: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # (peer, op) -> [started, completed]
     exited: bool = False  # the rank's process is gone (its last heartbeats say so)
+    left: int = -1  # heartbeats since it left the communicator; -1 while a member
 
     def as_json(self, rank: int) -> dict:
         out: dict = {"rank": rank, "started": self.started, "completed": self.completed}
@@ -57,18 +62,16 @@ class Progress:
             return
         kinds = recs["kind"]
         for r in recs[kinds == wire.KIND_COMM_INIT]:
-            self.table.setdefault((job, int(r["comm"])), {}).setdefault(int(r["rank"]), RankState())
+            self.table.setdefault((job, int(r["comm"])), {}).setdefault(int(r["rank"]), RankState()).left = -1
         calls = recs[kinds == wire.KIND_CALL]
         if len(calls):
             p2p = np.isin(calls["op"], wire.P2P_OPS)
             self._collectives(job, calls[~p2p])
             self._p2p(job, calls[p2p])
         for r in recs[kinds == wire.KIND_COMM_DESTROY]:
-            ranks = self.table.get((job, int(r["comm"])))
-            if ranks is not None:
-                ranks.pop(int(r["rank"]), None)
-                if not ranks:
-                    del self.table[(job, int(r["comm"]))]
+            st = self.table.get((job, int(r["comm"])), {}).get(int(r["rank"]))
+            if st is not None:
+                st.left = 0
 
     def _collectives(self, job: str, calls: np.ndarray) -> None:
         if not len(calls):
@@ -113,9 +116,23 @@ class Progress:
                 del self.table[key]
 
     def messages(self, node: str, ts_ns: int) -> list[tuple[str, dict]]:
-        """(job, cw.progress.v1 message) for every communicator with a local rank."""
+        """(job, cw.progress.v1 message) for every communicator with a local rank; called once
+        per heartbeat (it ages the states of ranks that left)."""
         out = []
-        for (job, comm), ranks in self.table.items():
-            out.append((job, {"v": 1, "job": job, "node": node, "ts_ns": ts_ns, "comm": wire.comm_hex(comm),
-                              "ranks": [st.as_json(rank) for rank, st in sorted(ranks.items())]}))
+        for key in list(self.table):
+            ranks = self.table[key]
+            shown = []
+            for rank, st in sorted(ranks.items()):
+                if st.left >= 0 and not st.exited:
+                    st.left += 1
+                    if st.left > LEFT_GRACE:
+                        del ranks[rank]
+                    continue
+                shown.append(st.as_json(rank))
+            if not ranks:
+                del self.table[key]
+            if shown:
+                job, comm = key
+                out.append((job, {"v": 1, "job": job, "node": node, "ts_ns": ts_ns, "comm": wire.comm_hex(comm),
+                                  "ranks": shown}))
         return out

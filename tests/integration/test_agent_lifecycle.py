@@ -132,3 +132,29 @@ def test_a_hung_nvml_call_does_not_stall_heartbeats(kafka_settings, tmp_path):
     # NVML blocked for ~3.5 s of this window; at one heartbeat per 0.1 s there are ~35. A loop
     # that waited on NVML would have sent none.
     assert (last - first) > 2e9 and len(beats) >= 8
+
+
+def test_a_writer_that_finalises_is_reported_exited_once_then_forgotten(kafka_settings, tmp_path):
+    s = kafka_settings.replace(ring_dir=str(tmp_path), node_name="n1", heartbeat_period_s=0.2)
+    w = ring.RingWriter(ring.ring_path(tmp_path, "jF", 0), 0, "jF", 64)
+    w.write(wire.KIND_COMM_INIT, 0, 0, COMM, 0, 5, 5, 0, 0, -1, 1, 1)
+    w.write(wire.KIND_CALL, wire.OP_ALLREDUCE, wire.FLAG_COMPLETED, COMM, 0, 10, 20, 64, 0, -1, 1, 0)
+    agent = Agent(s, s.kafka_bootstrap)
+    stop, t = run_agent(agent)
+    try:
+        consume(s, [topics.PROGRESS], lambda g: bool(progress_of(g)))
+        w.write(wire.KIND_COMM_DESTROY, 0, 0, COMM, 0, 30, 30, 0, 0, -1, 1, 0)  # what the hook does at exit
+        w.close(unlink=True)
+        got = consume(s, [topics.PROGRESS], lambda g: sum(
+            1 for m in progress_of(g) for r in m["ranks"] if r.get("exited")) >= agentmod.EXIT_BEATS, timeout_s=20)
+        time.sleep(1.0)  # five more heartbeat periods
+        n = len(progress_of(got))  # read all from the start again: nothing may follow the exit
+        everything = progress_of(consume(s, [topics.PROGRESS], lambda g: len(progress_of(g)) > n + 2, timeout_s=8))
+    finally:
+        stop.set()
+        t.join(10)
+    assert progress_of(got)
+    exited = [r for m in everything for r in m["ranks"] if r.get("exited")]
+    assert len(exited) == agentmod.EXIT_BEATS and exited[0]["completed"] == 0
+    assert everything[-1]["ranks"][0].get("exited")  # no heartbeat after the exit was reported
+    assert not (tmp_path / "jF" / "0.ring").exists()
