@@ -144,6 +144,7 @@ def test_a_writer_that_finalises_is_reported_exited_once_then_forgotten(kafka_se
     try:
         consume(s, [topics.PROGRESS], lambda g: bool(progress_of(g)))
         w.write(wire.KIND_COMM_DESTROY, 0, 0, COMM, 0, 30, 30, 0, 0, -1, 1, 0)  # what the hook does at exit
+        time.sleep(0.35)  # heartbeats pass between leaving the comm and the exit
         w.close(unlink=True)
         got = consume(s, [topics.PROGRESS], lambda g: sum(
             1 for m in progress_of(g) for r in m["ranks"] if r.get("exited")) >= agentmod.EXIT_BEATS, timeout_s=20)
