@@ -105,6 +105,7 @@ def wrap_call(hook: Any, fn: Callable, spec: Spec) -> Callable:
     rpos = _pos(params, spec.root)
     tname, rname, grname = spec.tensor, spec.root, spec.group_root
     bytes_of = spec.bytes_of
+    listed = bytes_of is list_bytes  # the payload argument is a list of tensors
     op, p2p, always_async = spec.op, spec.p2p, spec.always_async
     tls = hook.tls
     comms = hook.comms.by_group
@@ -150,7 +151,7 @@ def wrap_call(hook: Any, fn: Callable, spec: Spec) -> Callable:
             start = None
             events = None
             t0 = time_ns()
-            if c.stream and t is not None and hook.on_device(first_tensor(t)):
+            if c.stream and t is not None and hook.on_device(first_tensor(t) if listed else t):
                 flags = ENQ
                 events = hook.events
                 if events is not None and not async_op:
