@@ -21,6 +21,7 @@ demo: $(STAMP)
 	$(VENV)/bin/commwatch demo
 
 test: $(STAMP)
+	.ci/install-test-tools
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 clean:

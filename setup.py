@@ -13,4 +13,4 @@ for pkg, folder in ROOTS.items():
     packages.append(pkg)
     packages += [f"{pkg}.{sub}" for sub in find_packages(folder) if not sub.startswith("tests")]
 
-setup(packages=packages, package_dir=ROOTS, package_data={"commwatch": ["py.typed"]})
+setup(packages=packages, package_dir=ROOTS, package_data={"commwatch": ["py.typed"], "commwatch.sinks.page": ["static/*"]})

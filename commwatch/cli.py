@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "query": ("commwatch.sinks.clickhouse.cli_query", "named questions over the history"),
     "trace": ("commwatch.sinks.clickhouse.cli_trace", "Chrome/Perfetto trace of a job's calls"),
     "notify": ("commwatch.sinks.notify.cli", "deliver incidents to webhooks and Alertmanager"),
+    "page": ("commwatch.sinks.page.cli", "serve the live page: jobs' health in a browser"),
     "agent": ("commwatch.producers.agent.cli", "node agent: rings, heartbeats, hardware -> Kafka"),
 }
 

@@ -1,8 +1,10 @@
 """Every Prometheus metric commwatch exposes, in one place.
 
 Names follow `commwatch_<subsystem>_<name>_<unit>`; counters end in `_total`, times are
-seconds. No label ever carries a rank, a node or a job id (cardinality): per-rank detail
-belongs in ClickHouse. Each process builds its metrics on its own `CollectorRegistry`
+seconds. No label ever carries a rank or a node (cardinality): per-rank detail belongs in
+ClickHouse. Only the per-job health gauges (`commwatch_job_*`, `JobHealthGauges`) carry a
+job (`job_name`, not `job`, which Prometheus gives every target) and at most a
+communicator, with a bounded number of series per job. Each process builds its metrics on its own `CollectorRegistry`
 (so tests and several workers in one interpreter never collide) and serves them with
 `serve()` on `settings.metrics_host:settings.metrics_port` (loopback by default; port 0
 picks a free one).
@@ -19,9 +21,12 @@ in the class docstring.
 from __future__ import annotations
 
 import logging
-from typing import Any
+import threading
+import time
+from typing import Any, Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +56,8 @@ class StreamMetrics:
     - `commwatch_detection_delay_seconds{kind}` (histogram): event time from the fault's onset
       to the incident's `opened_ns`, as far as the incident's evidence tells the onset (see
       `detection_delay_s`); incidents that do not tell are not observed.
+    - `commwatch_job_*{job_name,...}` (gauges): each job's health, from the snapshots this
+      worker publishes; see `JobHealthGauges`.
     """
 
     def __init__(self, registry: CollectorRegistry | None = None):
@@ -85,6 +92,12 @@ class StreamMetrics:
             ["kind"], buckets=DELAY_BUCKETS, registry=r,
         )
         self._open: dict[str, tuple[str, str]] = {}
+        self.job_health = JobHealthGauges()
+        r.register(self.job_health)
+
+    def observe_health(self, snapshot: dict[str, Any]) -> None:
+        """Take a job health snapshot as published on `cw.internal.health.v1`."""
+        self.job_health.observe(snapshot)
 
     def incident(self, inc: dict[str, Any]) -> None:
         """Account one published incident event (contract 2.6)."""
@@ -105,6 +118,117 @@ class StreamMetrics:
             counts.setdefault(key, 0)  # type: ignore[arg-type]
         for (k, s), n in counts.items():
             self.incidents_open.labels(kind=k, severity=s).set(n)
+
+
+JOB_STATES = ("starting", "running", "slow", "hang", "stalled", "ended")
+TOP_LATE = 5  # slots of the latest ranks per job
+TOP_BLOCKED = 4  # blocked communicators per job
+JOB_EXPIRY_S = 30.0  # a job with no snapshot for this long (wall clock) has left this worker
+
+
+class JobHealthGauges:
+    """Per-job health gauges, from the job health snapshots (docs/architecture.md).
+
+    Bounded cardinality whatever the job's size: per job at most 6 state series, one series
+    per open incident kind and severity, `TOP_LATE` late-rank slots and `TOP_BLOCKED` blocked
+    communicators. A rank is a value (`commwatch_job_late_rank`), never a label. A job's
+    series go away `JOB_EXPIRY_S` after its last snapshot (the job was pruned, or another
+    worker took its partition).
+
+    - `commwatch_job_state{job_name,state}`: 1 for the job's state (starting, running, slow,
+      hang, stalled, ended), 0 for the others.
+    - `commwatch_job_ranks{job_name}`: ranks seen.
+    - `commwatch_job_iterations_per_second{job_name}`: iteration rate (jobs that report steps).
+    - `commwatch_job_step_seconds{job_name}`: median iteration time (jobs that report steps).
+    - `commwatch_job_incidents_open{job_name,kind,severity}`: open incidents.
+    - `commwatch_job_late_rank{job_name,slot}`: the rank in slot 1..5 of the latest ranks
+      (slot 1 the latest), and `commwatch_job_late_rank_lag_seconds{job_name,slot}` its
+      clock-corrected arrival lag behind its peers.
+    - `commwatch_job_hang_wait_seconds{job_name}`: longest time a communicator of the job has
+      been waiting in its oldest incomplete collective (0 when none waits).
+    - `commwatch_job_comm_blocked_seconds{job_name,comm}`: the same per communicator, for the
+      (at most 4) communicators blocked longest.
+
+    >>> g = JobHealthGauges(monotonic=lambda: 0.0)
+    >>> g.observe({"job": "j1", "state": "hang", "ranks": 8, "incidents": [], "late_ranks": [],
+    ...            "comms": [{"comm": "00000000000000aa", "blocked_s": 7.5}]})
+    >>> [s.value for f in g.collect() for s in f.samples if s.name == "commwatch_job_hang_wait_seconds"]
+    [7.5]
+    """
+
+    def __init__(self, expiry_s: float = JOB_EXPIRY_S, monotonic: Callable[[], float] = time.monotonic):
+        self.expiry_s = expiry_s
+        self.monotonic = monotonic
+        self.lock = threading.Lock()
+        self.jobs: dict[str, tuple[float, dict[str, Any]]] = {}  # job -> (seen at, figures)
+
+    def observe(self, snap: dict[str, Any]) -> None:
+        job = snap.get("job")
+        if not isinstance(job, str) or not job:
+            return
+        step = snap.get("step") or {}
+        incidents: dict[tuple[str, str], int] = {}
+        for inc in snap.get("incidents") or ():
+            key = (str(inc.get("kind", "?")), str(inc.get("severity", "?")))
+            incidents[key] = incidents.get(key, 0) + 1
+        blocked = sorted(((float(c.get("blocked_s") or 0.0), str(c.get("comm"))) for c in snap.get("comms") or ()
+                          if (c.get("blocked_s") or 0) > 0), reverse=True)
+        figures = {
+            "state": snap.get("state"), "ranks": snap.get("ranks"),
+            "rate": step.get("rate_per_s"), "step_s": step.get("median_s"), "incidents": incidents,
+            "late": [(int(r["rank"]), float(r["lag_ms"]) / 1e3) for r in (snap.get("late_ranks") or ())[:TOP_LATE]],
+            "blocked": blocked[:TOP_BLOCKED],
+        }
+        with self.lock:
+            self.jobs[job] = (self.monotonic(), figures)
+
+    def _current(self) -> dict[str, dict[str, Any]]:
+        now = self.monotonic()
+        with self.lock:
+            for job in [j for j, (seen, _) in self.jobs.items() if now - seen > self.expiry_s]:
+                del self.jobs[job]
+            return {job: figures for job, (_, figures) in self.jobs.items()}
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return list(self._families())
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        return iter(self._families(self._current()))
+
+    def _families(self, jobs: dict[str, dict[str, Any]] | None = None) -> list[GaugeMetricFamily]:
+        def fam(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, doc, labels=["job_name", *labels])
+
+        state = fam("commwatch_job_state", "1 for the job's health state", ["state"])
+        ranks = fam("commwatch_job_ranks", "ranks seen in the job", [])
+        rate = fam("commwatch_job_iterations_per_second", "iteration rate of the job", [])
+        step = fam("commwatch_job_step_seconds", "median iteration time of the job", [])
+        incidents = fam("commwatch_job_incidents_open", "open incidents of the job", ["kind", "severity"])
+        late = fam("commwatch_job_late_rank", "rank in each slot of the job's latest ranks (slot 1 the latest)",
+                   ["slot"])
+        lag = fam("commwatch_job_late_rank_lag_seconds", "arrival lag behind its peers of the rank in each slot",
+                  ["slot"])
+        wait = fam("commwatch_job_hang_wait_seconds", "longest wait of a communicator in its oldest call", [])
+        blocked = fam("commwatch_job_comm_blocked_seconds", "wait of the longest-blocked communicators",
+                      ["comm"])
+        for job, f in sorted((jobs or {}).items()):
+            for s in JOB_STATES:
+                state.add_metric([job, s], 1.0 if f["state"] == s else 0.0)
+            if isinstance(f["ranks"], int):
+                ranks.add_metric([job], f["ranks"])
+            if f["rate"] is not None:
+                rate.add_metric([job], f["rate"])
+            if f["step_s"] is not None:
+                step.add_metric([job], f["step_s"])
+            for (kind, severity), n in sorted(f["incidents"].items()):
+                incidents.add_metric([job, kind, severity], n)
+            for slot, (rank, lag_s) in enumerate(f["late"], 1):
+                late.add_metric([job, str(slot)], rank)
+                lag.add_metric([job, str(slot)], lag_s)
+            wait.add_metric([job], f["blocked"][0][0] if f["blocked"] else 0.0)
+            for seconds, comm in f["blocked"]:
+                blocked.add_metric([job, comm], seconds)
+        return [state, ranks, rate, step, incidents, late, lag, wait, blocked]
 
 
 class SinkMetrics:

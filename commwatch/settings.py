@@ -78,10 +78,13 @@ class Settings:
     data_dir: str = field(default_factory=_default_data_dir)
     metrics_host: str = "127.0.0.1"
     metrics_port: int = _opt(9464, minimum=0)
+    page_host: str = _opt("127.0.0.1", doc="bind address of the live page (`commwatch page`)")
+    page_port: int = _opt(8470, minimum=0, doc="port of the live page; 0 = a free one")
     log_level: str = _opt("INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     # --- detectors ---------------------------------------------------------------------
     hang_floor_s: float = _opt(5.0, minimum=0.1, doc="minimum time inside a call before a hang")
     hang_gap_factor: float = _opt(3.0, minimum=1.0, doc="hang threshold = max(floor, factor x p99 gap)")
+    hang_step_factor: float = _opt(2.0, minimum=0.0, doc="hang threshold >= factor x the job's median step time")
     stall_floor_s: float = _opt(60.0, minimum=1.0)
     stall_step_factor: float = _opt(10.0, minimum=1.0)
     heartbeat_period_s: float = _opt(1.0, minimum=0.05)
@@ -89,6 +92,8 @@ class Settings:
     slow_impact: float = _opt(0.10, minimum=0.0, doc="share of step time lost before slow_rank opens")
     slow_windows: int = _opt(2, minimum=1, doc="consecutive windows above slow_impact")
     window_instances: int = _opt(64, minimum=4, doc="collective instances per slow-detection window")
+    slow_model: str = _opt("river", choices=("river", "numpy"),
+                           doc="what decides a slow rank's onset: river drift detectors or fixed numpy rules")
     resolve_after_s: float = _opt(10.0, minimum=0.0, doc="condition gone this long resolves an incident")
     state_idle_s: float = _opt(600.0, minimum=1.0, doc="drop detector state of a comm or job idle this long")
     # --- agent / probes ----------------------------------------------------------------

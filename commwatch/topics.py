@@ -14,6 +14,9 @@ HW = "cw.hw.v1"
 ALERTS = "cw.alerts.v1"
 DEADLETTER = "cw.deadletter.v1"
 
+# internal (docs/architecture.md): job health snapshots from the worker that runs a job's stage 2
+HEALTH = "cw.internal.health.v1"
+
 ALL = (CALLS, PROGRESS, TOPOLOGY, STEPS, HW, ALERTS, DEADLETTER)
 INPUTS = (CALLS, PROGRESS, TOPOLOGY, STEPS, HW)
 ERROR_HEADER = "cw-error"

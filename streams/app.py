@@ -9,12 +9,15 @@
 A message that does not decode goes to `cw.deadletter.v1` unchanged with its reason
 (`streams/deadletter.py`), is counted, and the stream goes on.
 
-Time. Detectors run on event time: `feed()` gets the message's own time (the Kafka
-timestamp, which producers set to the event's `ts_ns`, exactly as a capture file's
-`ts_ns`). A timer calls `tick(now)` every `TICK_S` with `now` = the newest event time
-seen plus the wall-clock time elapsed since it was seen, so a job that goes fully
-silent (its node agents dead) still times out. Ticks are skipped while the agent has a
-backlog (consumer lag > 0): catching up on old data, the data itself carries time.
+Both agents drive one `Detector` (`streams/detect/detector.py`), the object `commwatch
+replay` runs: the comm agent its comm half, the job agent its job half.
+
+Time. Each job's now is its own newest event time (the Kafka timestamp, which producers
+set to the event's `ts_ns`, exactly as a capture file's `ts_ns`) plus the wall-clock time
+elapsed since it was seen, so a job that goes fully silent still ages and no job's clock
+moves another's. A timer ticks every `TICK_S`. A job whose input partitions are behind
+(or, at start-up, while a partition has not delivered yet) is *held*: its clock does not
+run on and nothing that concludes from silence is judged for it; every other job goes on.
 
 State. Detector state is kept in memory, not in faust tables. After a restart the
 consumer group resumes from its committed offsets and the detectors rebuild from the
@@ -53,11 +56,12 @@ REPORTS = "cw.internal.reports.v1"
 TICK_S = 0.5
 STARTUP_GRACE_S = 30.0
 LAG_EVERY_S = 2.0
+HEALTH_EVERY_NS = 1_000_000_000  # a job's health snapshot is published this often (its event time)
 
 
 def stream_topics(settings: Settings) -> list[str]:
     """Every topic the worker needs to exist: the contract's and the internal ones."""
-    return settings.topics.all() + [settings.topics.name(REPORTS), settings.topics.name(WINDOWS)]
+    return settings.topics.all() + [settings.topics.name(n) for n in (REPORTS, WINDOWS, topics.HEALTH)]
 
 
 def broker_credentials(settings: Settings) -> Any:
@@ -84,25 +88,6 @@ def broker_credentials(settings: Settings) -> Any:
     return faust.SSLCredentials(context)
 
 
-class EventClock:
-    """Newest event time seen, advanced by wall-clock time since it was seen."""
-
-    def __init__(self, monotonic: Callable[[], float] = time.monotonic):
-        self.monotonic = monotonic
-        self.max_ns = 0
-        self.seen_at = 0.0
-
-    def observe(self, ts_ns: int) -> None:
-        if ts_ns > self.max_ns:
-            self.max_ns = ts_ns
-            self.seen_at = self.monotonic()
-
-    def now(self) -> int:
-        if not self.max_ns:
-            return 0
-        return self.max_ns + int((self.monotonic() - self.seen_at) * 1e9)
-
-
 def process_age_s() -> float:
     """Seconds since this process started (Linux /proc, to 10 ms; 0 elsewhere)."""
     try:
@@ -125,61 +110,71 @@ def to_message(topic: str, key: bytes | None, ts_ns: int, value: bytes | None) -
 
 
 class Pipeline:
-    """The worker's engine-free half: stages, clocks, dead-letter decisions, metrics."""
+    """The worker's engine-free half: the detector core's two halves, wall-clock reference,
+    per-job catch-up state, dead-letter decisions, metrics."""
 
-    def __init__(self, settings: Settings, metrics: StreamMetrics, ledger: AlertLedger | None = None):
-        from commwatch.streams.detect import CommStage, JobStage
+    def __init__(self, settings: Settings, metrics: StreamMetrics, ledger: AlertLedger | None = None,
+                 wall_ns: Callable[[], int] = time.time_ns):
+        from commwatch.streams.detect import Detector
 
         self.settings = settings
         self.metrics = metrics
         self.ledger = ledger or AlertLedger()
-        self.comm_stage = CommStage(settings)
-        self.job_stage = JobStage(settings)
-        self.comm_clock = EventClock()
-        self.job_clock = EventClock()
+        self.detector = Detector(settings)
+        self.wall_ns = wall_ns
         self.jobs: set[str] = set()
+        self.job_parts: dict[str, set] = {}  # job -> partitions its messages came from
+        self.lagging: set = set()  # partitions behind their end (their jobs' clocks do not extrapolate)
+        self.unread = False  # at start-up, a partition not read yet: every job is held
+        self.health_at: dict[str, int] = {}
+        self.newest_ns = 0
         self.started = time.monotonic() - process_age_s()
         self.first_processed_s: float | None = None
 
-    def _seen(self, base: str, msg: Message) -> None:
+    def _seen(self, base: str, msg: Message, job: str, tp: Any) -> None:
         self.metrics.messages.labels(topic=base).inc()
+        self.jobs.add(job)
+        if tp is not None:
+            self.job_parts.setdefault(job, set()).add(tp)
+        self.newest_ns = max(self.newest_ns, msg.ts_ns)
         if self.first_processed_s is None:
             self.first_processed_s = time.monotonic() - self.started
             log.info("first message processed %.2f s after the process started", self.first_processed_s)
 
-    def comm_message(self, base: str, msg: Message) -> list[dict]:
+    def extrapolate(self, job: str) -> bool:
+        """A job's clock runs on with the wall clock, and its hangs and stalls are judged, only
+        while its input is caught up (catching up, the data itself carries time)."""
+        return not self.unread and not (self.job_parts.get(job, set()) & self.lagging)
+
+    def comm_message(self, base: str, msg: Message, tp: Any = None) -> list[dict]:
         """Stage 1 for one calls/progress message; raises `WireError`."""
-        self._seen(base, msg)
         decoded = decode_message(msg, self.settings.max_message_bytes)
         if isinstance(decoded, CallBatch):
             self.metrics.records.inc(decoded.count)
-            self.jobs.add(decoded.job)
+            job = decoded.job
         else:
-            self.jobs.add(decoded["job"])
-        self.comm_clock.observe(msg.ts_ns)
-        return self.comm_stage.feed(msg, decoded, msg.ts_ns)
+            job = decoded["job"]
+        self._seen(base, msg, job, tp)
+        return self.detector.comm_feed(msg, decoded, self.wall_ns())
 
-    def job_message(self, base: str, msg: Message) -> list[dict]:
+    def job_message(self, base: str, msg: Message, tp: Any = None) -> list[dict]:
         """Stage 2 for one report or topology/steps/hw message; raises `WireError`."""
-        self._seen(base, msg)
         if base == REPORTS:
-            try:
-                report = json.loads(msg.value)
-            except ValueError as exc:
-                raise WireError("bad_json", f"report is not JSON ({exc})") from None
-            if not isinstance(report, dict) or "job" not in report:
-                raise WireError("not_object", "report is not an object with a job")
-            ts = report.get("ts_ns")
-            now = ts if isinstance(ts, int) and not isinstance(ts, bool) else msg.ts_ns
-            self.job_clock.observe(now)
-            return self.job_stage.feed_report(report, now)
+            report = decode_report(msg)
+            self._seen(base, msg, report["job"], tp)
+            return self.detector.job_feed_report(report, self.wall_ns())
         decoded = decode_message(msg, self.settings.max_message_bytes)
-        self.jobs.add(decoded["job"])
-        self.job_clock.observe(msg.ts_ns)
-        return self.job_stage.feed(msg, decoded, msg.ts_ns)
+        self._seen(base, msg, decoded["job"], tp)
+        return self.detector.job_feed(msg, decoded, self.wall_ns())
+
+    def comm_tick(self) -> list[dict]:
+        return self.detector.comm_tick(self.wall_ns(), self.extrapolate)
+
+    def job_tick(self) -> list[dict]:
+        return self.detector.job_tick(self.wall_ns(), self.extrapolate)
 
     def admit(self, incidents: list[dict]) -> list[dict]:
-        """Incidents worth publishing (not repeats), accounted in the metrics."""
+        """Incidents worth publishing (not repeats), accounted in the metrics and the log."""
         out = []
         for inc in incidents:
             if self.ledger.admit(inc):
@@ -187,8 +182,34 @@ class Pipeline:
                 out.append(inc)
         return out
 
+    def health(self) -> list[dict]:
+        """Snapshots of the jobs whose stage 2 runs here and whose last one is a period old
+        (each job's own event time)."""
+        out = []
+        ref = self.wall_ns()
+        for job in self.detector.jobs():
+            now = self.detector.job_clocks.now(job, ref, self.extrapolate(job))
+            if now - self.health_at.get(job, 0) >= HEALTH_EVERY_NS:
+                self.health_at[job] = now
+                out.append(self.detector.health(job, ref))
+        for job in [j for j in self.health_at if j not in self.detector.job_stage.jobs]:
+            del self.health_at[job]
+        return out
+
     def dead(self, err: WireError) -> None:
         self.metrics.deadletter.labels(reason=err.reason).inc()
+
+
+def decode_report(msg: Message) -> dict:
+    """A stage-1 report from the internal topic; raises `WireError`."""
+    try:
+        report = json.loads(msg.value)
+    except ValueError as exc:
+        raise WireError("bad_json", f"report is not JSON ({exc})") from None
+    if not isinstance(report, dict) or not isinstance(report.get("job"), str) or not isinstance(
+            report.get("type"), str) or not isinstance(report.get("ts_ns"), int):
+        raise WireError("not_object", "report is not an object with a job, a type and ts_ns")
+    return report
 
 
 def create_app(settings: Settings, pipeline: Pipeline) -> faust.App:
@@ -229,6 +250,7 @@ def create_app(settings: Settings, pipeline: Pipeline) -> faust.App:
     reports_out = topic(t.name(REPORTS))
     windows_out = topic(t.name(WINDOWS))
     alerts_out = topic(t.alerts)
+    health_out = topic(t.name(topics.HEALTH))
     deadletter_out = topic(t.deadletter)
     processed: dict[Any, int] = {}
     assigned_at: dict[Any, float] = {}
@@ -261,19 +283,19 @@ def create_app(settings: Settings, pipeline: Pipeline) -> faust.App:
         await deadletter_out.send(key=m.key, value=m.value, timestamp=m.timestamp,
                                   headers=error_headers(err, m.topic, m.partition, m.offset))
 
-    def kafka_message(event: Any) -> tuple[str, Message]:
+    def kafka_message(event: Any) -> tuple[str, Message, Any]:
         m = event.message
         processed[m.tp] = m.offset
         base = t.base(m.topic)
-        return base, to_message(base, m.key, int(m.timestamp * 1e9), m.value)
+        return base, to_message(base, m.key, int(m.timestamp * 1e9), m.value), m.tp
 
-    async def consume(stream: Any, handle: Callable[[str, Message], list[dict]],
+    async def consume(stream: Any, handle: Callable[..., list[dict]],
                       publish: Callable[[list[dict]], Any]) -> None:
         """Decode and handle each event; a bad one is dead-lettered and the stream goes on."""
         async for event in stream.events():
             try:
-                base, msg = kafka_message(event)
-                out = handle(base, msg)
+                base, msg, tp = kafka_message(event)
+                out = handle(base, msg, tp)
             except WireError as err:
                 await dead_letter(event, err)
                 continue
@@ -287,15 +309,12 @@ def create_app(settings: Settings, pipeline: Pipeline) -> faust.App:
     async def job_agent(stream: Any) -> None:
         await consume(stream, pipeline.job_message, publish_incidents)
 
-    def lag_of(names: set[str]) -> tuple[int, dict[str, int]]:
-        """Messages behind the partition ends, after the last processed offset.
-
-        A partition that holds data but has delivered nothing since it was assigned counts
-        as behind by its whole length for `STARTUP_GRACE_S`: otherwise, at start-up, time
-        taken from a partition that is already flowing would make the comms of a partition
-        not yet read look stuck (a false hang). After the grace period it counts as caught
-        up (a partition of finished jobs only, after a restart)."""
-        total, per_topic = 0, {}
+    def lag_of(names: set[str]) -> tuple[dict[Any, int], bool]:
+        """Messages behind the partition end, per assigned partition of `names`, after the
+        last processed offset; and whether a partition that holds data has delivered nothing
+        since it was assigned, less than `STARTUP_GRACE_S` ago (at start-up, before every
+        partition is read, no job's detection may conclude from the partitions read first)."""
+        lags, unread = {}, False
         consumer = app.consumer
         mono = time.monotonic()
         for tp in consumer.assignment():
@@ -305,34 +324,35 @@ def create_app(settings: Settings, pipeline: Pipeline) -> faust.App:
             high = consumer.highwater(tp) or 0
             if last is None:
                 first_seen = assigned_at.setdefault(tp, mono)
-                lag = high if mono - first_seen < STARTUP_GRACE_S else 0
+                unread |= high > 0 and mono - first_seen < STARTUP_GRACE_S
+                lags[tp] = 0
             else:
-                lag = max(0, high - (last + 1))
-            per_topic[tp.topic] = per_topic.get(tp.topic, 0) + lag
-            total += lag
-        return total, per_topic
+                lags[tp] = max(0, high - (last + 1))
+        return lags, unread
 
-    comm_names = {t.calls, t.progress}
-    job_names = {t.name(REPORTS), t.topology, t.steps, t.hw}
     lag_state = {"at": 0.0}
 
     @app.timer(TICK_S)
     async def tick() -> None:
-        comm_lag, comm_topics = lag_of(comm_names)
-        job_lag, job_topics = lag_of(job_names)
-        if comm_lag == 0 and pipeline.comm_clock.max_ns:
-            await publish_reports(pipeline.comm_stage.tick(pipeline.comm_clock.now()), wait=False)
-        if job_lag == 0 and pipeline.job_clock.max_ns:
-            await publish_incidents(pipeline.job_stage.tick(pipeline.job_clock.now()), wait=False)
+        lags, unread = lag_of({t.calls, t.progress, t.name(REPORTS), t.topology, t.steps, t.hw})
+        pipeline.lagging = {tp for tp, lag in lags.items() if lag > 0}
+        pipeline.unread = unread
+        await publish_reports(pipeline.comm_tick(), wait=False)
+        await publish_incidents(pipeline.job_tick(), wait=False)
+        for snap in pipeline.health():
+            pipeline.metrics.observe_health(snap)
+            health_out.send_soon(key=snap["job"].encode(), value=messages.dumps(snap), timestamp=snap["ts_ns"] / 1e9)
         now = time.monotonic()
         if now - lag_state["at"] >= LAG_EVERY_S:
             lag_state["at"] = now
             m = pipeline.metrics
-            for name, lag in {**comm_topics, **job_topics}.items():
+            per_topic: dict[str, int] = {}
+            for tp, lag in lags.items():
+                per_topic[tp.topic] = per_topic.get(tp.topic, 0) + lag
+            for name, lag in per_topic.items():
                 m.consumer_lag.labels(topic=t.base(name)).set(lag)
             m.jobs.set(len(pipeline.jobs))
-            newest = max(pipeline.comm_clock.max_ns, pipeline.job_clock.max_ns)
-            if newest:
-                m.event_age.set(time.time() - newest / 1e9)
+            if pipeline.newest_ns:
+                m.event_age.set(time.time() - pipeline.newest_ns / 1e9)
 
     return app

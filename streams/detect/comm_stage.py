@@ -1,37 +1,50 @@
-"""Stage 1: one `CommState` per (job, comm); turns calls and heartbeats into compact reports.
+"""Stage 1: one `CommState` per (job, comm); calls and heartbeats in, compact reports out.
 
-Reports (JSON-able dicts, each with "type", "job", "ts_ns"):
+Reports (JSON-able dicts, each with "type", "job", "ts_ns" = the job's event time):
 
-- `window`: per-rank window features of a communicator (see `windows.py`).
-- `p2p_window`: per-rank waits in paired SEND/RECV calls: `impact` (waiting caused, chained), `own`.
-- `wait`: ranks inside a call for a while: `comm`, `seq`, `op`, `since_ns`, `p2p_seq`
-  (when only P2P waits: `op` is what the missing peer never entered, `seq` is -1),
-  `threshold_ns`, `inside` ([[rank, since_ns, peer_rank], ...], peer -1 for collectives),
-  `missing` (ranks that never entered what the others wait in), `unknown` (members never
-  seen), `nodes`. Sent at every tick while the wait lasts.
-- `wait_clear`: the comm's wait is over (`comm`).
-- `comm`: every few seconds per comm: `members`, `nodes`, `last_progress_ns`,
-  `gap_p50_ns`, `threshold_ns`.
+- `window` / `p2p_window`: per-member timing features of a comm (`windows.py`).
+- `wait`: the comm's blocked instances, repeated at every tick while they last (from
+  `WAIT_REPORT_S` of waiting on): `instances` = [{`seq`, `op`, `p2p`, `since_ns`, `entered`
+  (ranks inside it), `missing` (members that never entered it)}]. A collective comm has at
+  most one blocked instance: the first that no member completed (`d + 1`); the calls a
+  rank queued behind it are not listed (they are symptoms). A P2P channel is blocked when
+  a posted send or recv does not complete; its instance has the two ranks as members.
+- `wait_clear`: the comm's wait is over.
+- `comm` (every `COMM_REPORT_NS` per comm): `members`, `nodes`, `size`, `unknown` (members
+  never seen), `d` / `s` (highest collective completed / entered by any member),
+  `gap_p99_ns` (the comm's cadence: how long its members normally go without progress),
+  `last_ns` (when any member last made progress), `active` (it carried a call),
+  `quiet` ([[rank, since_ns]]: members without progress for `QUIET_NS` or more),
+  `stuck` ([[rank, completed, since_ns]]: members whose completion counter stopped while
+  their peers completed later instances: a stuck completion path), `exited`, `left`.
 - `node`: a node's heartbeat (`node`, `ranks`), at most once per heartbeat period.
+
+Time: every method takes the job's own now (`now_of(job)`), never another job's.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 
 from commwatch import wire
 from commwatch.decode import CallBatch
 from commwatch.settings import Settings
-from commwatch.streams.detect.comm_state import WINDOW_MIN_NS, CommState
-from commwatch.streams.detect.windows import p2p_report, window_report
+from commwatch.streams.detect.comm_state import CommState
+from commwatch.streams.detect.windows import p2p_reports, window_report
 
 TICK_NS = 500_000_000
 FLUSH_RECORDS = 8192
 TICK_FLUSH_RECORDS = 1024  # at a tick, a comm's pending records are applied once this many...
-TICK_FLUSH_AGE_NS = 2_000_000_000  # ...or the oldest this old, a window due or a wait seen (`_due`)
-COMM_REPORT_NS = 5_000_000_000
-PRUNE_NS = 10_000_000_000  # idle state is looked for this often (event time)
-WAIT_REPORT_FRACTION = 0.2  # report a wait once it reaches this share of the hang threshold
+TICK_FLUSH_AGE_NS = 2_000_000_000  # ...or the oldest this old, or a window or wait may be due
+COMM_REPORT_NS = 1_000_000_000
+PRUNE_NS = 10_000_000_000
+WAIT_REPORT_NS = 1_000_000_000  # a blocked instance is reported once waited in this long
+P2P_WINDOW_NS = 1_000_000_000
+P2P_LAG_NS = 500_000_000
+QUIET_NS = 1_000_000_000  # a member without progress this long is listed as quiet
+STUCK_NS = 5_000_000_000  # a completion counter stopped this long behind its peers is stuck
 
 
 class CommStage:
@@ -39,7 +52,7 @@ class CommStage:
 
     >>> from commwatch.settings import Settings
     >>> stage = CommStage(Settings.load(env={}))
-    >>> stage.tick(10**18)
+    >>> stage.tick(lambda job: 10**18)
     []
     """
 
@@ -48,15 +61,17 @@ class CommStage:
         self.comms: dict[tuple[str, int], CommState] = {}
         self._node_seen: dict[tuple[str, str], int] = {}
         self._waiting: set[tuple[str, int]] = set()
-        self.last_tick = 0
         self._comm_reported: dict[tuple[str, int], int] = {}
         self._dirty: set[tuple[str, int]] = set()
-        self._last_prune = 0
+        self._job_tick: dict[str, int] = {}
+        self._last_prune: dict[str, int] = {}
+        self.by_job: dict[str, set[tuple[str, int]]] = {}
 
     def state(self, job: str, comm: int) -> CommState:
         st = self.comms.get((job, comm))
         if st is None:
             st = self.comms[(job, comm)] = CommState(job, comm, self.settings.window_instances)
+            self.by_job.setdefault(job, set()).add((job, comm))
         return st
 
     # ------------------------------------------------------------------------------
@@ -68,8 +83,8 @@ class CommStage:
         return []
 
     def feed_calls(self, batch: CallBatch, now_ns: int) -> list[dict]:
-        """Buffer the batch; small batches of one comm are folded in together (at a tick, see
-        `_due`, or once `FLUSH_RECORDS` are pending), so the per-batch numpy overhead is paid rarely."""
+        """Buffer the batch; a comm's batches are folded in together (at a tick, or once
+        `FLUSH_RECORDS` are pending), so the per-batch numpy overhead is paid rarely."""
         key = (batch.job, batch.comm)
         st = self.comms.get(key) or self.state(batch.job, batch.comm)
         st.last_seen_ns = now_ns
@@ -90,161 +105,167 @@ class CommStage:
         recs = np.frombuffer(b"".join([v[h:] for v in st.pending]), dtype=wire.RECORD_DTYPE)
         st.pending, st.pending_n = [], 0
         out: list[dict] = []
-        for a, b in st.apply_records(recs):
+        for a, b in st.apply_records(recs, now_ns):
             rep = window_report(st, a, b, now_ns)
             if rep is not None:
                 out.append(rep)
-        if st.p2p and now_ns - st.p2p_win_start >= WINDOW_MIN_NS:
-            rep = p2p_report(st, now_ns)
-            if rep is not None:
-                out.append(rep)
+        if st.p2p and self._p2p_due(st, now_ns):
+            out.extend(p2p_reports(st, now_ns, P2P_WINDOW_NS, P2P_LAG_NS))
         return out
 
     def feed_progress(self, hb: dict, now_ns: int) -> list[dict]:
         job, node = hb["job"], hb["node"]
         st = self.state(job, int(hb["comm"], 16))
         st.last_seen_ns = now_ns
-        ts = hb["ts_ns"]
-        ranks = []
-        for r in hb["ranks"]:
-            g = r["rank"]
-            ranks.append(g)
-            st.node_of[g] = node
-            c = st.g2c.get(g)
-            if c is None:
-                continue
-            if r["started"] > st.started[c]:
-                st.started[c] = r["started"]
-                st.t_in[c] = r.get("t_last_start_ns") or ts
-            if r["completed"] > st.completed[c]:
-                st.completed[c] = r["completed"]
-                st.last_progress_ns = max(st.last_progress_ns, r.get("t_last_end_ns") or ts)
-            for p in r.get("p2p") or ():
-                key = (c, p["peer"], 1 if p["op"].lower() == "recv" else 0)
-                s = st.p2p.get(key)
-                if s is None:
-                    s = st.p2p[key] = [-1, -1, 0]
-                if p["started"] > s[0]:
-                    s[0], s[2] = p["started"], ts
-                s[1] = max(s[1], p["completed"])
+        out = self._flush(st, now_ns) if st.pending else []  # records first: they are older
+        st.apply_progress(hb, now_ns)
         last = self._node_seen.get((job, node), 0)
-        if ts - last >= self.settings.heartbeat_period_s * 1e9 * 0.9:
-            self._node_seen[(job, node)] = ts
-            return [{"type": "node", "job": job, "ts_ns": int(ts), "node": node, "ranks": sorted(ranks)}]
-        return []
+        if now_ns - last >= self.settings.heartbeat_period_s * 1e9 * 0.9:
+            self._node_seen[(job, node)] = now_ns
+            out.append({"type": "node", "job": job, "ts_ns": int(now_ns), "node": node,
+                        "ranks": sorted(r["rank"] for r in hb["ranks"])})
+        return out
 
     # ------------------------------------------------------------------------------
-    def threshold_ns(self, st: CommState) -> float:
-        _, p99 = st.gap_quantiles()
-        return max(self.settings.hang_floor_s * 1e9, self.settings.hang_gap_factor * p99)
-
-    def tick(self, now_ns: int) -> list[dict]:
-        if now_ns - self.last_tick < TICK_NS:
-            return []
-        self.last_tick = now_ns
+    def tick(self, now_of: Callable[[str], int]) -> list[dict]:
+        """Time passing for every job, each on its own clock (`now_of(job)`)."""
         out: list[dict] = []
-        for key in sorted(self._dirty):
+        for job in list(self.by_job):
+            out.extend(self.tick_job(job, now_of(job)))
+        return out
+
+    def tick_job(self, job: str, now: int) -> list[dict]:
+        """Time passing for one job's comms (at most once per `TICK_NS` of its time)."""
+        if now - self._job_tick.get(job, 0) < TICK_NS:
+            return []
+        self._job_tick[job] = now
+        out: list[dict] = []
+        keys = sorted(self.by_job.get(job, ()))
+        for key in keys:
             st = self.comms[key]
-            if self._due(st, now_ns):
-                out.extend(self._flush(st, now_ns))
-        for key, st in self.comms.items():
-            if now_ns - self._comm_reported.get(key, 0) >= COMM_REPORT_NS:
-                self._comm_reported[key] = now_ns
-                out.append(self.comm_report(st, now_ns))
-            rep = self.wait_report(st, now_ns)
+            if key in self._dirty and self._due(st, now):
+                out.extend(self._flush(st, now))
+        for key in keys:
+            st = self.comms[key]
+            if now - self._comm_reported.get(key, 0) >= COMM_REPORT_NS:
+                self._comm_reported[key] = now
+                out.append(self.comm_report(st, now))
+            rep = self.wait_report(st, now)
             if rep is not None:
                 self._waiting.add(key)
                 out.append(rep)
             elif key in self._waiting:
                 self._waiting.discard(key)
-                out.append({"type": "wait_clear", "job": st.job, "ts_ns": int(now_ns), "comm": st.hex})
-        if now_ns - self._last_prune >= PRUNE_NS:
-            self._last_prune = now_ns
-            self.prune(now_ns)
+                out.append({"type": "wait_clear", "job": st.job, "ts_ns": int(now), "comm": st.hex})
+        last = self._last_prune.setdefault(job, now)
+        if now - last >= PRUNE_NS:
+            self.prune(job, now)
         return out
 
     def _due(self, st: CommState, now_ns: int) -> bool:
         """Whether a comm's pending records are applied at this tick: a new comm, enough of
-        them, the oldest old enough, a window (collective or P2P) that may close, or a call open
-        long enough that the wait check needs fresh state (its completion may be pending)."""
+        them, the oldest old enough, a window that may close, or a wait that may be due."""
         if st.pending_n >= TICK_FLUSH_RECORDS or now_ns - st.pending_since >= TICK_FLUSH_AGE_NS:
             return True
-        if st.n == 0:  # new comm: its windows start at once
+        if st.n == 0:
             return True
-        if 0 < st.win_anchor <= now_ns - st.window_ns():
+        if 0 < st.win_anchor <= now_ns - st.window_ns() * 1.0:
             return True
-        if st.p2p and now_ns - st.p2p_win_start >= WINDOW_MIN_NS:
+        if st.p2p and self._p2p_due(st, now_ns):
             return True
-        since = now_ns - WAIT_REPORT_FRACTION * self.threshold_ns(st)
-        open_coll = st.started > st.completed
-        if open_coll.any() and int(st.t_in[open_coll].min()) <= since:
+        if st.open_since and now_ns - st.open_since >= WAIT_REPORT_NS // 2:
             return True
-        return any(s > d and 0 < t <= since for s, d, t in st.p2p.values())
+        return any(s > d and 0 < t <= now_ns - WAIT_REPORT_NS // 2 for s, d, t in st.p2p.values())
 
-    def prune(self, now_ns: int) -> None:
-        """Forget comms and nodes with no calls or heartbeats for `state_idle_s` (a job that
-        ended, a comm destroyed), so state follows the live comms, not the run's history.
+    @staticmethod
+    def _p2p_due(st: CommState, now_ns: int) -> bool:
+        """P2P windows are cut at multiples of `P2P_WINDOW_NS` of event time, the same instants
+        for every comm (pipelines are bursty: comms cut alike see the same share of each
+        burst, so their ranks compare fairly), and reported `P2P_LAG_NS` after they end."""
+        return bool(st.p2p_iv or st.p2p_untimed) and (
+            st.p2p_win_start == 0 or st.p2p_win_start + P2P_WINDOW_NS + P2P_LAG_NS <= now_ns)
+
+    def prune(self, job: str, now_ns: int) -> None:
+        """Forget a job's comms and nodes with no calls or heartbeats for `state_idle_s`.
         A comm still in a wait is kept: its hang stays reported until it clears."""
+        self._last_prune[job] = now_ns
         idle = self.settings.state_idle_s * 1e9
-        for key in [k for k, st in self.comms.items() if now_ns - st.last_seen_ns >= idle and k not in self._waiting]:
-            del self.comms[key]
+        keys = self.by_job.get(job, set())
+        for key in [k for k in keys if now_ns - self.comms[k].last_seen_ns >= idle and k not in self._waiting]:
+            self._drop(key)
+        for key in [k for k, ts in self._node_seen.items() if k[0] == job and now_ns - ts >= idle]:
+            del self._node_seen[key]
+        if not keys:
+            self.forget_job(job)
+
+    def _drop(self, key: tuple[str, int]) -> None:
+        del self.comms[key]
+        self._comm_reported.pop(key, None)
+        self._dirty.discard(key)
+        self._waiting.discard(key)
+        keys = self.by_job.get(key[0])
+        if keys is not None:
+            keys.discard(key)
+
+    def forget_job(self, job: str) -> None:
+        for key in list(self.by_job.pop(job, ())):
+            self.comms.pop(key, None)
             self._comm_reported.pop(key, None)
             self._dirty.discard(key)
-        for key in [k for k, ts in self._node_seen.items() if now_ns - ts >= idle]:
+            self._waiting.discard(key)
+        for key in [k for k in self._node_seen if k[0] == job]:
             del self._node_seen[key]
+        self._job_tick.pop(job, None)
+        self._last_prune.pop(job, None)
 
+    # ------------------------------------------------------------------------------
     def comm_report(self, st: CommState, now_ns: int) -> dict:
-        p50, _ = st.gap_quantiles()
+        _, p99 = st.gap_quantiles()
+        ranks = st.rank_of
+        since = np.where(st.adv_ns > 0, st.adv_ns, st.first_ns)
+        quiet = np.flatnonzero(now_ns - since >= QUIET_NS)
+        stuck = np.flatnonzero(st.ever_done & (st.completed < st.d_max) & ~st.exited
+                               & (now_ns - st.done_adv_ns >= STUCK_NS) & (st.done_adv_ns < st.d_adv_ns))
         return {
             "type": "comm", "job": st.job, "ts_ns": int(now_ns), "comm": st.hex,
-            "members": st.members(), "nodes": st.nodes(), "last_progress_ns": int(st.last_progress_ns),
-            "gap_p50_ns": int(p50), "threshold_ns": int(self.threshold_ns(st)),
+            "members": ranks.tolist(), "nodes": st.nodes(), "size": int(st.size), "unknown": st.unknown(),
+            "d": int(st.d_max), "s": int(st.started.max()) if st.n else -1, "p2p_only": st.p2p_only,
+            "active": bool((st.n and int(st.started.max()) >= 0) or st.p2p),
+            "gap_p99_ns": int(p99), "last_ns": int(st.adv_ns.max()) if st.n else 0,
+            "quiet": [[int(ranks[i]), int(since[i])] for i in quiet.tolist()],
+            "stuck": [[int(ranks[i]), int(st.completed[i]), int(st.done_adv_ns[i])] for i in stuck.tolist()],
+            "exited": ranks[st.exited].tolist(), "left": ranks[st.left].tolist(),
         }
 
     def wait_report(self, st: CommState, now_ns: int) -> dict | None:
-        """Who is inside a call of this comm, since when, and who never entered it."""
+        """The comm's blocked instances (see the module docstring), None when there are none."""
         if st.n == 0:
             return None
-        open_coll = st.started > st.completed
-        if not open_coll.any() and not any(s > d for s, d, _ in st.p2p.values()):
-            return None
-        thr = self.threshold_ns(st)
-        min_age = WAIT_REPORT_FRACTION * thr
-        inside: list[list[int]] = []
-        missing: set[int] = set()
-        seq, op, p2p_seq = -1, "p2p", -1
-        known = st.rank_of >= 0
-        coll_in = known & open_coll & (st.t_in > 0)
-        if coll_in.any():
-            k = int(st.started[coll_in].max())
-            waiting = coll_in & (st.started == k)
-            if now_ns - int(st.t_in[waiting].min()) >= min_age:
-                seq = k
-                op = wire.op_name(int(st.ops[k % st.slots])) if st.tag[k % st.slots] == k else "collective"
-                for c in np.flatnonzero(waiting).tolist():
-                    inside.append([int(st.rank_of[c]), int(st.t_in[c]), -1])
-                missing.update(int(r) for r in st.rank_of[known & ~waiting & (st.completed < k)].tolist())
-        for (c, peer, is_recv), (s, done, since) in st.p2p.items():
-            if s <= done or since <= 0 or now_ns - since < min_age or c >= st.n:
+        ranks = st.rank_of
+        instances = []
+        if not st.p2p_only and st.open_since:
+            k = st.d_max + 1
+            since = max(st.d_adv_ns, st.open_since)
+            if now_ns - since >= WAIT_REPORT_NS:
+                entered = st.started >= k
+                instances.append({"seq": int(k), "op": st.op_of(k), "p2p": False, "since_ns": int(since),
+                                  "entered": ranks[entered].tolist(), "missing": ranks[~entered].tolist()})
+        seen: set[tuple[int, int, int]] = set()
+        for (a, b, is_recv), (s, d, since) in st.p2p.items():
+            if s <= d or since <= 0 or now_ns - since < WAIT_REPORT_NS or (a, b, d + 1) in seen:
                 continue
-            g = int(st.rank_of[c])
-            pg = int(st.rank_of[peer]) if 0 <= peer < st.n else -1
-            if g < 0:
-                continue
-            inside.append([g, int(since), pg])
-            other = st.p2p.get((peer, c, 1 - is_recv))
-            if pg >= 0 and (other is None or other[0] < s):
-                missing.add(pg)
-                if seq < 0:  # name what the missing peer never entered
-                    op, p2p_seq = ("Send" if is_recv else "Recv"), s
-        if not inside:
+            k = d + 1
+            other = st.p2p.get((b, a, 1 - is_recv))
+            posted = other is not None and other[0] >= k and other[1] < k
+            if posted:
+                seen.add((b, a, k))
+            # the op the waited-for side never entered (or, both posted, this side's)
+            op = ("Recv" if is_recv else "Send") if posted else ("Send" if is_recv else "Recv")
+            instances.append({"seq": int(k), "op": op, "p2p": True,
+                              "since_ns": int(since), "entered": [int(ranks[a])] + ([int(ranks[b])] if posted else []),
+                              "missing": [] if posted or (other is not None and other[1] >= k) else [int(ranks[b])]})
+        instances = [i for i in instances if i["entered"]]
+        if not instances:
             return None
-        inside_ranks = {r for r, _, _ in inside}
-        missing -= inside_ranks
-        unknown = int(st.n - known.sum())
-        return {
-            "type": "wait", "job": st.job, "ts_ns": int(now_ns), "comm": st.hex, "seq": seq, "op": op,
-            "p2p_seq": p2p_seq, "since_ns": min(t for _, t, _ in inside), "threshold_ns": int(thr),
-            "inside": sorted(inside), "missing": sorted(missing), "unknown": unknown,
-            "members": int(known.sum()), "nodes": st.nodes(),
-        }
+        return {"type": "wait", "job": st.job, "ts_ns": int(now_ns), "comm": st.hex, "instances": instances,
+                "members": int(st.n), "unknown": st.unknown(), "nodes": st.nodes()}

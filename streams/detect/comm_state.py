@@ -1,38 +1,56 @@
-"""State of one communicator of one job (stage 1), bounded by the window size.
+"""State of one communicator of one job (stage 1), bounded by the comm's size and the window.
 
-Per member (indexed by comm rank): the global rank, the highest collective `seq` entered
-and completed and since when, the last call start (for gaps). Collective instances live
-in a ring of `slots` rows (seq % slots) of entry and completion times; an instance whose
-members all completed is *ready* and joins the current window. P2P calls are tracked per
-(comm rank, peer, op) for the wait state, and their durations summed per rank.
+Members are kept in *slots*, one per global rank in the order they appear (heartbeats name
+global ranks only; records also give the comm rank). Per slot, struct-of-arrays:
+
+- collective counters `started` / `completed` (highest `seq` entered / completed; a call
+  whose completion the probe gave up on, COMPLETION_LOST, counts as completed: it is not a
+  wait), and whether the member ever reported a completion (`ever_done`: a probe that
+  cannot see completions is not a stuck one);
+- when its counters last advanced, in the job's event time as the pipeline observed it
+  (`adv_ns`, `done_adv_ns`): time that means the same whatever the rank's clock;
+- `exited` (its agent said its process is gone) and `left` (COMM_DESTROY).
+
+What a record's times mean decides what they are used for (wire spec section 1):
+
+- counters and waits use every record (entered / completed);
+- timing (arrival lag, clock offsets, time spent inside calls) uses only records whose
+  times are real: GPU_TIMED, or host-blocking (neither GPU_TIMED nor ENQUEUED), COMPLETED
+  and not COMPLETION_LOST. Host-enqueue times are never read as arrivals.
+
+Completed collective instances live in a ring of `slots` rows (seq % rows) of start/end
+times per member and a timing-valid mask; an instance completed by every member is
+*ready* and joins the current window (`windows.py`). P2P calls are tracked per
+(slot, peer slot, is_recv) channel for waits, and their timed durations summed per slot.
 
 All updates from a batch are numpy operations over the batch; Python loops run per
-instance, per window or per distinct (rank, peer, op), never per record.
+distinct rank, channel or window, never per record.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 
 import numpy as np
 
 from commwatch import wire
-from commwatch.streams.detect.p2p_waits import P2PWaits
 from commwatch.wire import WireError
 
 GAP_RING = 512
 MAX_COMM_RANKS = 1 << 20  # a record claiming a larger comm is refused (WireError), not allocated
 RING_CELLS = 1 << 23  # entry/exit cells per comm ring: big comms keep fewer instances
-MIN_SLOTS = 16
+MIN_ROWS = 16
 MAX_SEQ = 1 << 62  # seq beyond this is not a real count: dropped
 GAP_REFRESH = 64
 WINDOW_MIN_NS = 1_000_000_000  # a window covers at least this much event time
+MAX_CHANNELS = 1 << 16  # P2P channels kept per comm
+MAX_P2P_INTERVALS = 1 << 18  # completed recvs kept for the windows not reported yet
 
 
 def _footprint(obj, depth: int = 0) -> int:
     if isinstance(obj, np.ndarray):
         return obj.nbytes
-    if isinstance(obj, (dict, list, set, tuple, deque)):
+    if isinstance(obj, (dict, list, set, tuple, deque, Counter)):
         return len(obj)
     if depth < 2 and hasattr(obj, "__dict__"):
         return sum(_footprint(v, depth + 1) for v in vars(obj).values())
@@ -48,291 +66,410 @@ def _quantile(xs: list[float], q: float) -> float:
     return float(xs[i] + (xs[i + 1] - xs[i]) * (pos - i))
 
 
+def _last_per_key(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each distinct key, the largest value (keys and values aligned)."""
+    order = np.lexsort((values, keys))
+    k, v = keys[order], values[order]
+    last = np.ones(len(k), bool)
+    last[:-1] = k[1:] != k[:-1]
+    return k[last], v[last]
+
+
 class CommState:
     def __init__(self, job: str, comm: int, window_instances: int):
         self.job = job
         self.comm = comm
         self.hex = wire.comm_hex(comm)
-        self.n = 0
+        self.n = 0  # slots (members seen)
+        self.size = 0  # comm size from records (0: unknown, heartbeats only)
         self.nnodes = 0
-        self.rank_of = np.full(0, -1, np.int64)
-        self.started = np.full(0, -1, np.int64)
-        self.completed = np.full(0, -1, np.int64)
-        self.t_in = np.zeros(0, np.int64)
-        self.last_start = np.zeros(0, np.int64)
-        self.offsets = np.zeros(0, np.float64)
-        self.g2c: dict[int, int] = {}
+        self.rank_of = np.zeros(0, np.int64)
+        self.crank = np.zeros(0, np.int64)  # comm rank of each slot, -1 unknown
+        self.cr_slot = np.zeros(0, np.int64)  # slot of each comm rank, -1 unknown
+        self._gsort = np.zeros(0, np.int64)  # sorted global ranks ...
+        self._gslot = np.zeros(0, np.int64)  # ... and their slots
         self.node_of: dict[int, str] = {}
-        self.op_of_seq = 0
-        # P2P wait state: (comm rank, peer, is_recv) -> [started, completed, since_ns]
+        self.started = np.zeros(0, np.int64)
+        self.completed = np.zeros(0, np.int64)
+        self.ever_done = np.zeros(0, bool)
+        self.adv_ns = np.zeros(0, np.int64)
+        self.done_adv_ns = np.zeros(0, np.int64)
+        self.exited = np.zeros(0, bool)
+        self.left = np.zeros(0, bool)
+        self.offsets = np.zeros(0, np.float64)
+        self.first_ns = 0
+        self.d_max = -1  # highest collective completed by any member
+        self.d_adv_ns = 0  # when it last advanced
+        self.open_since = 0  # when a member first entered instance d_max + 1 (0: none yet)
+        self.p2p_only = True  # no collective seen yet
+        # P2P channels: (slot, peer slot, is_recv) -> [started, completed, open_since_ns]
         self.p2p: dict[tuple[int, int, int], list[int]] = {}
-        # collective instance ring
+        # completed timed recvs (slot, start, end), kept until the window they fall in is reported
+        self.p2p_iv: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.p2p_iv_n = 0
+        self.p2p_untimed = 0
+        self.p2p_win_start = 0  # start of the next P2P window to report (0: none yet)
+        # collective instance ring (completed records only)
         self.window = window_instances
-        self.slots = 4 * window_instances
-        self.tag = np.full(self.slots, -1, np.int64)
-        self.ops = np.zeros(self.slots, np.uint8)
-        self.bytes = np.zeros(self.slots, np.float64)
-        self.st = np.zeros((self.slots, 0), np.int64)
-        self.en = np.zeros((self.slots, 0), np.int64)
+        self.rows = 4 * window_instances
+        self.tag = np.full(self.rows, -1, np.int64)
+        self.ops = np.zeros(self.rows, np.uint8)
+        self.bytes = np.zeros(self.rows, np.float64)
+        self.etag = np.full(self.rows, -1, np.int64)  # op of recently entered instances (for waits)
+        self.eop = np.zeros(self.rows, np.uint8)
+        self.st = np.zeros((self.rows, 0), np.int64)
+        self.en = np.zeros((self.rows, 0), np.int64)
+        self.ok = np.zeros((self.rows, 0), bool)  # timing valid
         self.frontier = -1  # next seq to make ready; -1 until the first collective
         self.win_start = -1
-        self.prev_win_anchor = -1  # corrected first-entry time of the previous window's last instance
-        self.win_anchor = 0  # raw first-entry time of the previous window's last instance
+        self.prev_win_anchor = -1.0  # corrected completion time closing the previous window
+        self.win_anchor = 0  # raw first entry of the previous window's last instance
         self.max_seq = -1
-        self.dropped = 0
-        # gaps between consecutive calls of a rank (ns), for the hang threshold
+        self.dropped: Counter = Counter()
         self.gaps = np.zeros(GAP_RING, np.float64)
         self.ngaps = 0
         self._q = (0.0, 0.0)
         self._q_at = 0
-        self.last_progress_ns = 0
-        self.p2p_win_start = 0
         self.offset_windows = 0
         self.pending: list[bytes] = []  # raw call batches (header and records) not yet applied
         self.pending_n = 0
-        self.pending_since = 0  # event time of the oldest pending batch
-        self.last_seen_ns = 0  # event time of the last call batch or heartbeat (idle comms are dropped)
-        self.p2p_waits = P2PWaits()  # paired SEND/RECV waits per window (p2p_waits.py)
+        self.pending_since = 0
+        self.last_seen_ns = 0
 
-    # ------------------------------------------------------------------------------
-    def grow(self, n: int) -> None:
-        if n <= self.n:
-            return
-        if n > MAX_COMM_RANKS:
-            raise WireError("comm_too_large", f"comm {self.hex} claims {n} ranks (at most {MAX_COMM_RANKS})")
-        add = n - self.n
-        slots = max(MIN_SLOTS, min(4 * self.window, RING_CELLS // n))
-        if slots != self.slots:  # big comms keep fewer instances: memory stays within RING_CELLS
-            self.slots = slots
-            self.tag = np.full(slots, -1, np.int64)
-            self.ops = np.zeros(slots, np.uint8)
-            self.bytes = np.zeros(slots, np.float64)
-            self.st = np.zeros((slots, self.n), np.int64)
-            self.en = np.zeros((slots, self.n), np.int64)
-            self.frontier = self.win_start = -1
-
+    # --- membership -----------------------------------------------------------------
+    def _grow(self, add: int) -> None:
         def ext(a: np.ndarray, fill) -> np.ndarray:
             return np.concatenate([a, np.full(add, fill, a.dtype)])
 
-        self.rank_of = ext(self.rank_of, -1)
-        self.started = ext(self.started, -1)
-        self.completed = ext(self.completed, -1)
-        self.t_in = ext(self.t_in, 0)
-        self.last_start = ext(self.last_start, 0)
-        self.offsets = ext(self.offsets, 0.0)
-        self.st = np.concatenate([self.st, np.zeros((self.slots, add), np.int64)], axis=1)
-        self.en = np.concatenate([self.en, np.zeros((self.slots, add), np.int64)], axis=1)
-        self.n = n
+        for name, fill in (("rank_of", -1), ("crank", -1), ("started", -1), ("completed", -1),
+                           ("ever_done", False), ("adv_ns", 0), ("done_adv_ns", 0), ("exited", False),
+                           ("left", False), ("offsets", 0.0)):
+            setattr(self, name, ext(getattr(self, name), fill))
+        self.st = np.concatenate([self.st, np.zeros((self.rows, add), np.int64)], axis=1)
+        self.en = np.concatenate([self.en, np.zeros((self.rows, add), np.int64)], axis=1)
+        self.ok = np.concatenate([self.ok, np.zeros((self.rows, add), bool)], axis=1)
+        self.n += add
+
+    def slots_of(self, ranks: np.ndarray, now_ns: int) -> np.ndarray:
+        """Slots of global ranks (new ones are added)."""
+        idx = np.searchsorted(self._gsort, ranks)
+        found = idx < len(self._gsort)
+        found[found] = self._gsort[idx[found]] == ranks[found]
+        if not found.all():
+            new = np.unique(ranks[~found])
+            if self.n + len(new) > MAX_COMM_RANKS:
+                raise WireError("comm_too_large", f"comm {self.hex} has more than {MAX_COMM_RANKS} members")
+            first = self.n
+            self._grow(len(new))
+            self.rank_of[first:] = new
+            self.adv_ns[first:] = 0
+            g = np.concatenate([self._gsort, new])
+            s = np.concatenate([self._gslot, np.arange(first, self.n)])
+            order = np.argsort(g, kind="stable")
+            self._gsort, self._gslot = g[order], s[order]
+            if not self.first_ns:
+                self.first_ns = now_ns
+            idx = np.searchsorted(self._gsort, ranks)
+        return self._gslot[idx]
+
+    def _set_size(self, size: int) -> None:
+        if size > MAX_COMM_RANKS:
+            raise WireError("comm_too_large", f"comm {self.hex} claims {size} ranks (at most {MAX_COMM_RANKS})")
+        if size > self.size:
+            self.cr_slot = np.concatenate([self.cr_slot, np.full(size - self.size, -1, np.int64)])
+            self.size = size
+            rows = max(MIN_ROWS, min(4 * self.window, RING_CELLS // max(size, 1)))
+            if rows != self.rows:  # big comms keep fewer instances: memory stays within RING_CELLS
+                self.rows = rows
+                self.tag = np.full(rows, -1, np.int64)
+                self.ops = np.zeros(rows, np.uint8)
+                self.bytes = np.zeros(rows, np.float64)
+                self.etag = np.full(rows, -1, np.int64)
+                self.eop = np.zeros(rows, np.uint8)
+                self.st = np.zeros((rows, self.n), np.int64)
+                self.en = np.zeros((rows, self.n), np.int64)
+                self.ok = np.zeros((rows, self.n), bool)
+                self.frontier = self.win_start = -1
+
+    def members(self) -> list[int]:
+        return self.rank_of.tolist()
+
+    def nodes(self) -> list[str]:
+        return sorted({self.node_of[r] for r in self.rank_of.tolist() if r in self.node_of})
+
+    def unknown(self) -> int:
+        """Members the comm's size promises that were never seen."""
+        return max(0, self.size - self.n)
 
     def footprint(self) -> int:
         """Bytes held in arrays plus entries held in containers (a size that must not grow
         with the length of a run, only with the comm's size and the window)."""
         return _footprint(self)
 
-    def members(self) -> list[int]:
-        return [int(r) for r in self.rank_of if r >= 0]
-
-    def nodes(self) -> list[str]:
-        return sorted({self.node_of[r] for r in self.members() if r in self.node_of})
-
-    # ------------------------------------------------------------------------------
-    def apply_records(self, recs: np.ndarray) -> list[tuple[int, int]]:
-        """Fold one batch in; returns the (first, end) seq ranges of windows now closed."""
-        if len(recs):
-            need = max(int(recs["nranks"].max()), int(recs["comm_rank"].max()) + 1)
-            self.grow(need)
-            sane = recs["seq"] < MAX_SEQ
-            if not sane.all():
-                self.dropped += int((~sane).sum())
-                recs = recs[sane]
-        kinds = recs["kind"]
-        cr_all = recs["comm_rank"].astype(np.int64)
-        rank = recs["rank"]
-        if len(recs) and kinds.min() == wire.KIND_CALL == kinds.max() and cr_all.min() >= 0 and rank.min() >= 0:
-            # the usual batch: calls of known ranks only, no masks needed
-            self.rank_of[cr_all] = rank
-            c, cr = recs, cr_all
-        else:
-            ok = (cr_all >= 0) & (cr_all < self.n)
-            known = ok & (rank >= 0)
-            if known.any():
-                self.rank_of[cr_all[known]] = rank[known]
-            init = ok & (kinds == wire.KIND_COMM_INIT)
-            if init.any():
-                self.nnodes = max(self.nnodes, int(recs["aux"][init].max()))
-            calls = ok & (kinds == wire.KIND_CALL)
-            c, cr = recs[calls], cr_all[calls]
-        if len(self.g2c) < int(np.count_nonzero(self.rank_of >= 0)):
-            self.g2c = {g: i for i, g in enumerate(self.rank_of.tolist()) if g >= 0}
-        if not len(c):
-            return []
-        self._gaps(cr, c["t_start_ns"])
-        p2p = (c["op"] == wire.OP_SEND) | (c["op"] == wire.OP_RECV)
-        if p2p.any():
-            self._apply_p2p(c[p2p], cr[p2p])
-            self._p2p_waits_add(c[p2p], cr[p2p])
-        coll = ~p2p
-        if not coll.any():
-            return []
-        return self._apply_collectives(c[coll], cr[coll])
-
-    def _gaps(self, cr: np.ndarray, ts: np.ndarray) -> None:
-        order = np.lexsort((ts, cr))
-        cr_s, ts_s = cr[order], ts[order]
-        step = cr_s[1:] != cr_s[:-1]
-        first = np.ones(len(cr_s), bool)
-        first[1:] = step
-        prev = np.empty_like(ts_s)
-        prev[1:] = ts_s[:-1]
-        prev[first] = self.last_start[cr_s[first]]
-        gap = (ts_s - prev).astype(np.float64)
-        good = (prev > 0) & (gap > 0)
-        last = np.ones(len(cr_s), bool)
-        last[:-1] = step
-        self.last_start[cr_s[last]] = np.maximum(self.last_start[cr_s[last]], ts_s[last])
-        g = gap[good]
-        if len(g) > GAP_RING:
-            g = g[-GAP_RING:]
+    # --- time passing -----------------------------------------------------------------
+    def _advanced(self, slots: np.ndarray, now_ns: int) -> None:
+        """Members whose counters moved: gaps since their previous move, for the cadence."""
+        if not len(slots):
+            return
+        prev = self.adv_ns[slots]
+        base = np.where(prev > 0, prev, self.first_ns)
+        g = (now_ns - base).astype(np.float64)
+        g = g[g > 0]
         if len(g):
+            g = g[-GAP_RING:]
             idx = (self.ngaps + np.arange(len(g))) % GAP_RING
             self.gaps[idx] = g
             self.ngaps += len(g)
+        self.adv_ns[slots] = now_ns
 
     def gap_quantiles(self) -> tuple[float, float]:
-        """(p50, p99) of recent gaps between consecutive calls of a rank, in ns.
-
-        Recomputed after every `GAP_REFRESH` new gaps (or while there are few), not per call.
-        """
+        """(p50, p99) of recent intervals between a member's progress (entries or completions),
+        in ns of event time. Recomputed after every `GAP_REFRESH` new gaps, not per call."""
         if self.ngaps != self._q_at and (self.ngaps < GAP_REFRESH or self.ngaps - self._q_at >= GAP_REFRESH):
             g = np.sort(self.gaps[: min(self.ngaps, GAP_RING)]).tolist()
             self._q = (_quantile(g, 0.5), _quantile(g, 0.99))
             self._q_at = self.ngaps
         return self._q
 
-    def _apply_p2p(self, c: np.ndarray, cr: np.ndarray) -> None:
+    def _d_update(self, now_ns: int) -> None:
+        if not self.n:
+            return
+        d = int(self.completed.max())
+        if d > self.d_max:
+            self.d_max = d
+            self.d_adv_ns = now_ns
+            self.open_since = 0
+        if self.open_since == 0 and int(self.started.max()) > self.d_max:
+            self.open_since = now_ns
+
+    # --- records ----------------------------------------------------------------------
+    def apply_records(self, recs: np.ndarray, now_ns: int) -> list[tuple[int, int]]:
+        """Fold records in; returns the (first, end) seq ranges of collective windows now closed."""
+        if not len(recs):
+            return []
+        sane = recs["seq"] < MAX_SEQ
+        if not sane.all():
+            self.dropped["seq_absurd"] += int((~sane).sum())
+            recs = recs[sane]
+        cr = recs["comm_rank"].astype(np.int64)
+        self._set_size(max(int(recs["nranks"].max()), int(cr.max()) + 1))
+        rank = recs["rank"].astype(np.int64)
+        rank = np.where(rank >= 0, rank, -2 - cr)  # rank unknown: keyed by comm rank (shown negative)
+        slot = self.slots_of(rank, now_ns)
+        known = cr >= 0
+        self.crank[slot[known]] = cr[known]
+        self.cr_slot[cr[known]] = slot[known]
+        kinds = recs["kind"]
+        if not (kinds == wire.KIND_CALL).all():
+            init = kinds == wire.KIND_COMM_INIT
+            if init.any():
+                self.nnodes = max(self.nnodes, int(recs["aux"][init].max()))
+                if not self.first_ns:
+                    self.first_ns = now_ns
+            gone = kinds == wire.KIND_COMM_DESTROY
+            if gone.any():
+                self.left[slot[gone]] = True
+            calls = kinds == wire.KIND_CALL
+            recs, slot = recs[calls], slot[calls]
+            if not len(recs):
+                return []
+        flags = recs["flags"].astype(np.int64)
+        done = (flags & (wire.FLAG_COMPLETED | wire.FLAG_COMPLETION_LOST)) != 0
+        observed = (flags & wire.FLAG_COMPLETED) != 0
+        timed = observed & ((flags & wire.FLAG_COMPLETION_LOST) == 0) & (
+            ((flags & wire.FLAG_GPU_TIMED) != 0) | ((flags & wire.FLAG_ENQUEUED) == 0))
+        ops = recs["op"]
+        p2p = (ops == wire.OP_SEND) | (ops == wire.OP_RECV)
+        if p2p.any():
+            self._apply_p2p(recs[p2p], slot[p2p], done[p2p], timed[p2p], now_ns)
+        coll = ~p2p
+        if not coll.any():
+            return []
+        self.p2p_only = False
+        return self._apply_collectives(recs[coll], slot[coll], done[coll], observed[coll], timed[coll], now_ns)
+
+    def _apply_collectives(self, c: np.ndarray, slot: np.ndarray, done: np.ndarray, observed: np.ndarray,
+                           timed: np.ndarray, now_ns: int) -> list[tuple[int, int]]:
         seq = c["seq"].astype(np.int64)
+        erow = seq % self.rows
+        self.etag[erow] = seq
+        self.eop[erow] = c["op"]
+        ls, lseq = _last_per_key(slot, seq)
+        moved = ls[lseq > self.started[ls]]
+        self.started[ls] = np.maximum(self.started[ls], lseq)
+        if done.any():
+            ds, dseq = _last_per_key(slot[done], seq[done])
+            newer = dseq > self.completed[ds]
+            self.completed[ds] = np.maximum(self.completed[ds], dseq)
+            self.done_adv_ns[ds[newer]] = now_ns
+            moved = np.union1d(moved, ds[newer])
+            if observed.any():
+                self.ever_done[slot[observed]] = True
+        self._advanced(moved, now_ns)
+        self._d_update(now_ns)
+        if not done.any():
+            return []
+        # instance ring: completed records (the latest record of a call carries its real times)
+        c, slot, seq, timed = c[done], slot[done], seq[done], timed[done]
+        self.max_seq = max(self.max_seq, int(seq.max()))
+        if self.frontier < 0:
+            self.frontier = self.win_start = int(seq.min())
+        useq = np.unique(seq)
+        row_u = useq % self.rows
+        fresh = useq > self.tag[row_u]
+        if fresh.any():
+            fr = row_u[fresh]
+            self.tag[fr] = useq[fresh]
+            self.st[fr] = 0
+            self.en[fr] = 0
+            self.ok[fr] = False
+        row = seq % self.rows
+        valid = (self.tag[row] == seq) & (seq >= self.frontier)
+        if not valid.all():
+            self.dropped["instance_out_of_ring"] += int((~valid).sum())
+            row, slot, timed, c = row[valid], slot[valid], timed[valid], c[valid]
+        t0, t1 = c["t_start_ns"].astype(np.int64), c["t_end_ns"].astype(np.int64)
+        self.st[row, slot] = np.maximum(t0, 1)
+        self.en[row, slot] = np.where(timed, np.maximum(t1, 1), 1)  # non-zero: completed
+        self.ok[row, slot] = timed & (t1 >= t0) & (t0 > 0)
+        self.ops[row] = c["op"]
+        self.bytes[row] = c["bytes"]
+        return self._advance()
+
+    def _apply_p2p(self, c: np.ndarray, slot: np.ndarray, done: np.ndarray, timed: np.ndarray, now_ns: int) -> None:
+        peer_cr = c["peer"].astype(np.int64)
+        inside = (peer_cr >= 0) & (peer_cr < self.size)
+        if not inside.all():
+            self.dropped["p2p_peer_unknown"] += int((~inside).sum())
+            c, slot, done, timed, peer_cr = c[inside], slot[inside], done[inside], timed[inside], peer_cr[inside]
+        if not len(c):
+            return
+        peer = self.cr_slot[peer_cr]
+        seen = peer >= 0
+        if not seen.all():  # the peer's comm rank is not mapped to a rank yet: its counters come again
+            self.dropped["p2p_peer_unseen"] += int((~seen).sum())
+            c, slot, done, timed, peer = c[seen], slot[seen], done[seen], timed[seen], peer[seen]
+            if not len(c):
+                return
         is_recv = (c["op"] == wire.OP_RECV).astype(np.int64)
-        peer = c["peer"].astype(np.int64)
-        done = (c["flags"] & wire.FLAG_COMPLETED) != 0
-        key = (cr << 33) | ((peer & 0xFFFFFFFF) << 1) | is_recv
-        order = np.lexsort((seq, key))
-        key_s, seq_s = key[order], seq[order]
-        last = np.ones(len(key_s), bool)
-        last[:-1] = key_s[1:] != key_s[:-1]
-        ts_s = c["t_start_ns"][order]
-        done_s = done[order]
-        # highest completed seq per key
-        dkey, dseq = key_s[done_s], seq_s[done_s]
-        dlast = np.ones(len(dkey), bool)
-        dlast[:-1] = dkey[1:] != dkey[:-1]
-        comp = dict(zip(dkey[dlast].tolist(), dseq[dlast].tolist()))
-        for k, s, t in zip(key_s[last].tolist(), seq_s[last].tolist(), ts_s[last].tolist()):
-            tup = (k >> 33, ((k >> 1) & 0xFFFFFFFF), k & 1)
-            if tup[1] >= 0x80000000:
-                tup = (tup[0], tup[1] - (1 << 32), tup[2])
-            st = self.p2p.get(tup)
+        seq = c["seq"].astype(np.int64)
+        key = (slot << 33) | ((peer & 0xFFFFFFFF) << 1) | is_recv
+        ks, ss = _last_per_key(key, seq)
+        dks, dss = _last_per_key(key[done], seq[done]) if done.any() else (ks[:0], ss[:0])
+        comp = dict(zip(dks.tolist(), dss.tolist()))
+        moved = []
+        for k, s in zip(ks.tolist(), ss.tolist()):
+            p = (k >> 1) & 0xFFFFFFFF
+            ch = (k >> 33, p - (1 << 32) if p >= 0x80000000 else p, k & 1)
+            st = self.p2p.get(ch)
             if st is None:
-                st = self.p2p[tup] = [-1, -1, 0]
+                if len(self.p2p) >= MAX_CHANNELS:
+                    self.dropped["p2p_channels_full"] += 1
+                    continue
+                st = self.p2p[ch] = [-1, -1, 0]
             if s > st[0]:
-                st[0], st[2] = s, t
+                st[0] = s
+                moved.append(ch[0])
             cs = comp.get(k)
             if cs is not None and cs > st[1]:
                 st[1] = cs
+                st[2] = 0
+                moved.append(ch[0])
+            if st[0] > st[1] and st[2] == 0:
+                st[2] = now_ns
+        if moved:
+            self._advanced(np.unique(np.asarray(moved, np.int64)), now_ns)
+        # time inside a recv is time waiting for data; a send is posted and overlaps compute
+        recv_timed = timed & (is_recv == 1)
+        if recv_timed.any() and self.p2p_iv_n < MAX_P2P_INTERVALS:
+            t0 = c["t_start_ns"][recv_timed].astype(np.int64)
+            self.p2p_iv.append((slot[recv_timed], t0, np.maximum(c["t_end_ns"][recv_timed].astype(np.int64), t0)))
+            self.p2p_iv_n += int(recv_timed.sum())
+        elif recv_timed.any():
+            self.dropped["p2p_intervals_full"] += int(recv_timed.sum())
+        self.p2p_untimed += int((done & ~timed).sum())
 
-    # --- P2P wait accounting (slow-rank detection; see p2p_waits.py) ---------------
-    def _p2p_waits_add(self, c: np.ndarray, cr: np.ndarray) -> None:
-        done = (c["flags"] & wire.FLAG_COMPLETED) != 0
-        if done.any():
-            c = c[done]
-            dur = np.maximum(c["t_end_ns"].astype(np.int64) - c["t_start_ns"].astype(np.int64), 0)
-            self.p2p_waits.add(cr[done], c["peer"], c["op"] == wire.OP_RECV, c["seq"], dur)
-    # --------------------------------------------------------------------------------
+    # --- heartbeats -------------------------------------------------------------------
+    def apply_progress(self, hb: dict, now_ns: int) -> None:
+        node = hb["node"]
+        entries = hb["ranks"]
+        if not entries:
+            return
+        ranks = np.fromiter((r["rank"] for r in entries), np.int64, len(entries))
+        slots = self.slots_of(ranks, now_ns).tolist()
+        moved = []
+        for s, r in zip(slots, entries):
+            self.node_of[int(self.rank_of[s])] = node
+            if r.get("exited"):
+                self.exited[s] = True
+            if r["started"] > self.started[s]:
+                self.started[s] = r["started"]
+                moved.append(s)
+            if r["completed"] > self.completed[s]:
+                self.completed[s] = r["completed"]
+                self.done_adv_ns[s] = now_ns
+                self.ever_done[s] = True
+                moved.append(s)
+            if r.get("p2p") and self.size:
+                for p in r["p2p"]:
+                    pcr = p["peer"]
+                    if not (0 <= pcr < self.size) or self.cr_slot[pcr] < 0:
+                        continue
+                    ch = (s, int(self.cr_slot[pcr]), 1 if str(p["op"]).lower() == "recv" else 0)
+                    st = self.p2p.get(ch)
+                    if st is None:
+                        if len(self.p2p) >= MAX_CHANNELS:
+                            continue
+                        st = self.p2p[ch] = [-1, -1, 0]
+                    if p["started"] > st[0]:
+                        st[0] = p["started"]
+                        moved.append(s)
+                    if p["completed"] > st[1]:
+                        st[1] = p["completed"]
+                        st[2] = 0
+                        moved.append(s)
+                    if st[0] > st[1] and st[2] == 0:
+                        st[2] = now_ns
+        if moved:
+            self._advanced(np.unique(np.asarray(moved, np.int64)), now_ns)
+        self._d_update(now_ns)
 
-    def _apply_collectives(self, c: np.ndarray, cr: np.ndarray) -> list[tuple[int, int]]:
-        seq = c["seq"].astype(np.int64)
-        ts = c["t_start_ns"]
-        te = c["t_end_ns"]
-        done = (c["flags"] & wire.FLAG_COMPLETED) != 0
-        # wait state: highest seq entered / completed per member
-        order = np.lexsort((seq, cr))
-        cr_s, seq_s = cr[order], seq[order]
-        last = np.ones(len(cr_s), bool)
-        last[:-1] = cr_s[1:] != cr_s[:-1]
-        lc, ls = cr_s[last], seq_s[last]
-        newer = ls > self.started[lc]
-        self.started[lc[newer]] = ls[newer]
-        self.t_in[lc[newer]] = ts[order][last][newer]
-        if done.any():
-            dcr, dseq = cr[done], seq[done]
-            o2 = np.lexsort((dseq, dcr))
-            dcr, dseq = dcr[o2], dseq[o2]
-            l2 = np.ones(len(dcr), bool)
-            l2[:-1] = dcr[1:] != dcr[:-1]
-            before = self.completed.max() if self.n else -1
-            self.completed[dcr[l2]] = np.maximum(self.completed[dcr[l2]], dseq[l2])
-            if self.completed.max() > before:
-                self.last_progress_ns = max(self.last_progress_ns, int(te[done].max()))
-        # instance ring
-        smax = int(seq.max())
-        self.max_seq = max(self.max_seq, smax)
-        if self.frontier < 0:
-            self.frontier = int(seq.min())
-            self.win_start = self.frontier
-        useq = np.unique(seq)
-        slot_u = useq % self.slots
-        fresh = useq > self.tag[slot_u]
-        if fresh.any():
-            fs = slot_u[fresh]
-            self.tag[fs] = useq[fresh]
-            self.st[fs] = 0
-            self.en[fs] = 0
-        slot = seq % self.slots
-        valid = (self.tag[slot] == seq) & (seq >= self.frontier)
-        if not valid.all():
-            self.dropped += int((~valid).sum())
-            slot, cr, ts, te, done, seq = slot[valid], cr[valid], ts[valid], te[valid], done[valid], seq[valid]
-            c = c[valid]
-        self.st[slot, cr] = ts
-        self.ops[slot] = c["op"]
-        self.bytes[slot] = c["bytes"]
-        self.en[slot[done], cr[done]] = te[done]
-        return self._advance()
-
+    # --- windows ----------------------------------------------------------------------
     def _advance(self) -> list[tuple[int, int]]:
         """Move the frontier over ready instances; returns the windows that closed."""
         closed: list[tuple[int, int]] = []
         while self.frontier <= self.max_seq:
             f = self.frontier
-            if self.max_seq - f >= self.slots:  # a jump past the ring: what lies between is gone
+            if self.max_seq - f >= self.rows:  # a jump past the ring: what lies between is gone
                 if f > self.win_start:
                     closed.append((self.win_start, f))
-                self.dropped += 1
-                self.frontier = self.win_start = self.max_seq - self.slots // 2
+                self.dropped["instances_skipped"] += 1
+                self.frontier = self.win_start = self.max_seq - self.rows // 2
                 self.win_anchor = 0
                 continue
             seqs = np.arange(f, self.max_seq + 1)
-            rows = seqs % self.slots
-            ok = (self.tag[rows] == seqs) & (self.en[rows] > 0).all(axis=1) & (self.st[rows] > 0).all(axis=1)
+            rows = seqs % self.rows
+            ok = (self.tag[rows] == seqs) & (self.en[rows] != 0).all(axis=1)
             nready = len(ok) if ok.all() else int(np.argmin(ok))
             if nready == 0:
-                if self.max_seq < f + self.slots // 2:
+                if self.max_seq < f + self.rows // 2:
                     break
-                self.dropped += 1  # never completed in time: give up on it
+                self.dropped["instance_incomplete"] += 1  # never completed on every member in time
                 if f > self.win_start:
                     closed.append((self.win_start, f))
                 self.frontier = self.win_start = f + 1
                 self.win_anchor = 0
                 continue
             anchors = self.st[rows[:nready]].min(axis=1)
-            ends = np.arange(f + 1, f + nready + 1)  # window [win_start, e) if closed after each
+            ends = np.arange(f + 1, f + nready + 1)
             wn = self.window_ns()
             i0 = 0
             while i0 < nready:
                 ws = self.win_start
-                base = self.win_anchor if self.win_anchor > 0 else self.anchor(ws)
+                base = self.win_anchor if self.win_anchor > 0 else int(self.st[ws % self.rows].min())
                 cnt = ends[i0:] - ws
                 enough = cnt >= (1 if self.win_anchor > 0 else 2)
-                cond = (cnt >= min(2 * self.window, self.slots // 2)) | (enough & (anchors[i0:] - base >= wn))
+                cond = (cnt >= min(2 * self.window, self.rows // 2)) | (enough & (anchors[i0:] - base >= 0.9 * wn))
                 if not cond.any():
                     break
                 j = i0 + int(np.argmax(cond))
@@ -345,9 +482,11 @@ class CommState:
                 break
         return closed
 
-    def anchor(self, seq: int) -> int:
-        """First-entry time of an instance (raw clocks; used for window spans)."""
-        return int(self.st[seq % self.slots].min())
+    def op_of(self, seq: int) -> str:
+        row = seq % self.rows
+        if self.etag[row] == seq:
+            return wire.op_name(int(self.eop[row]))
+        return "collective"
 
     def window_ns(self) -> float:
         """Event time a window covers at least."""

@@ -1,4 +1,22 @@
-"""Both stages in one process: the detector core as `commwatch replay`, tests and benches run it.
+"""The detector core: both stages and the per-job clocks, one object for live and replay.
+
+`commwatch replay`, the benches and the tests call `feed(msg)` and `tick(ref_ns)`: stage-1
+reports go straight to stage 2 in process. The live worker (`streams/app.py`) drives the
+very same object through its two halves, because there the reports travel through Kafka
+(partitioned by job) between them:
+
+- comm half (`cw.calls.v1`, `cw.progress.v1`, key `{job}/{comm}`): `comm_feed(msg, decoded,
+  ref_ns)` and `comm_tick(ref_ns, extrapolate)` return reports;
+- job half (reports, topology, steps, hw, key `{job}`): `job_feed_report(report, ref_ns)`,
+  `job_feed(msg, decoded, ref_ns)` and `job_tick(ref_ns, extrapolate)` return incidents.
+
+Time. Each job's now comes from its own messages (`clock.JobClocks`): its newest event
+time plus the reference time elapsed since (`ref_ns`: the worker's wall clock live, the
+capture's clock in replay). No job's clock moves another job's detection. Nothing here
+reads the wall clock.
+
+Nothing raised by one message's state escapes a tick: a failure inside a job's evaluation
+is counted (`drops()["tick_errors"]`) and that job's tick is skipped, others go on.
 
 >>> from commwatch.settings import Settings
 >>> det = Detector(Settings.load(env={}))
@@ -10,39 +28,48 @@
 
 from __future__ import annotations
 
+import logging
 from collections import Counter, deque
+from typing import Callable
 
 import numpy as np
 
 from commwatch import topics
 from commwatch.capture import Message
-from commwatch.decode import CallBatch, decode_message
+from commwatch.decode import CallBatch, decode_message, message_job
 from commwatch.settings import Settings
-from commwatch.streams.detect import comm_stage, job_stage
+from commwatch.streams.detect import health
+from commwatch.streams.detect.clock import JobClocks
 from commwatch.streams.detect.comm_stage import CommStage
 from commwatch.streams.detect.job_stage import JobStage
 
-PRUNE_NS = 10_000_000_000  # idle jobs are looked for this often (event time)
-WINDOW_BACKLOG = 4096  # window reports kept for `window_stats()` between drains
+log = logging.getLogger(__name__)
 
-ROW_FIELDS = ("lag_ms", "last_share", "impact", "own")
+WINDOW_BACKLOG = 4096  # window reports kept for `window_stats()` between drains
+ROW_FIELDS = ("lag_ms", "last_share", "inside", "offset_ms")
+
+
+def _always(_job: str) -> bool:
+    return True
 
 
 class Detector:
-    """`feed(msg)` decodes (raising `WireError`), runs stage 1 then stage 2; `tick(now_ns)`."""
+    """Both stages over many jobs; see the module docstring."""
 
     def __init__(self, settings: Settings):
         self.settings = settings
         self.comm_stage = CommStage(settings)
         self.job_stage = JobStage(settings)
+        self.comm_clocks = JobClocks()
+        self.job_clocks = JobClocks()
         self.stats: Counter = Counter()
-        self.now_ns = 0
+        self.ref_ns = 0
         self._windows: deque = deque(maxlen=WINDOW_BACKLOG)
-        self._job_seen: dict[str, int] = {}
-        self._last_prune = 0
-        self._next_tick = 0  # before this (event time) a tick has nothing to do
+        self._errors: Counter = Counter()
 
+    # --- replay / in-process --------------------------------------------------------
     def feed(self, msg: Message) -> list[dict]:
+        """Decode (raising `WireError`), then both stages; returns incident events."""
         if msg.topic == topics.ALERTS:
             self.stats["ignored_alerts"] += 1
             return []
@@ -50,78 +77,115 @@ class Detector:
 
     def feed_decoded(self, msg: Message, decoded) -> list[dict]:
         """As `feed`, for a message decoded already (`decode_message`'s result)."""
-        if msg.ts_ns > self.now_ns:
-            self.now_ns = msg.ts_ns
-        self.stats["messages"] += 1
-        if isinstance(decoded, CallBatch):  # the hot path: most messages are small call batches
-            self.stats["records"] += decoded.count
-            self._job_seen[decoded.job] = self.now_ns
-            reports = self.comm_stage.feed_calls(decoded, self.now_ns)
-            return self._reports(reports) if reports else reports
-        if isinstance(decoded, dict) and isinstance(decoded.get("job"), str):
-            self._job_seen[decoded["job"]] = self.now_ns
-        if msg.topic == topics.PROGRESS:
-            return self._reports(self.comm_stage.feed(msg, decoded, self.now_ns))
-        jobs = len(self.job_stage.jobs)
-        out = self.job_stage.feed(msg, decoded, self.now_ns)
-        if len(self.job_stage.jobs) != jobs:  # a new job: its first tick is due at once
-            self._next_tick = 0
+        if msg.ts_ns > self.ref_ns:
+            self.ref_ns = msg.ts_ns
+        if msg.topic in (topics.CALLS, topics.PROGRESS):
+            return self._local(self.comm_feed(msg, decoded, self.ref_ns))
+        return self.job_feed(msg, decoded, self.ref_ns)
+
+    def tick(self, ref_ns: int) -> list[dict]:
+        if ref_ns > self.ref_ns:
+            self.ref_ns = ref_ns
+        out = self._local(self.comm_tick(self.ref_ns))
+        out.extend(self.job_tick(self.ref_ns))
         return out
 
-    def _reports(self, reports: list[dict]) -> list[dict]:
+    def _local(self, reports: list[dict]) -> list[dict]:
         out: list[dict] = []
         for rep in reports:
-            if rep["job"] not in self.job_stage.jobs:
-                self._next_tick = 0
-            if rep["type"] == "window":
+            out.extend(self.job_feed_report(rep, self.ref_ns))
+        return out
+
+    # --- comm half --------------------------------------------------------------------
+    def comm_feed(self, msg: Message, decoded, ref_ns: int) -> list[dict]:
+        """Stage 1 for one calls/progress message; returns reports."""
+        self.stats["messages"] += 1
+        if isinstance(decoded, CallBatch):
+            self.stats["records"] += decoded.count
+            job = decoded.job
+        else:
+            job = decoded["job"]
+        self.comm_clocks.observe(job, msg.ts_ns, ref_ns)
+        return self._kept(self._guard(job, self.comm_stage.feed, msg, decoded, self.comm_clocks.now(job, ref_ns)))
+
+    def _kept(self, reports: list[dict]) -> list[dict]:
+        """Reports pass through; timed windows are also kept for `window_stats()`."""
+        for rep in reports:
+            if rep["type"] == "window" and "inside" in rep:
                 self._windows.append(rep)
-            out.extend(self.job_stage.feed_report(rep, self.now_ns))
+        return reports
+
+    def comm_tick(self, ref_ns: int, extrapolate: Callable[[str], bool] = _always) -> list[dict]:
+        """Time passing for stage 1 (each job on its own clock); returns reports."""
+        out: list[dict] = []
+        for job in list(self.comm_stage.by_job):
+            now = self.comm_clocks.now(job, ref_ns, extrapolate(job))
+            out.extend(self._guard(job, self.comm_stage.tick_job, job, now))
+        return self._kept(out)
+
+    # --- job half ---------------------------------------------------------------------
+    def job_feed_report(self, rep: dict, ref_ns: int) -> list[dict]:
+        job = rep["job"]
+        self.job_clocks.observe(job, int(rep["ts_ns"]), ref_ns)
+        return self._guard(job, self.job_stage.feed_report, rep, self.job_clocks.now(job, ref_ns))
+
+    def job_feed(self, msg: Message, decoded: dict, ref_ns: int) -> list[dict]:
+        """Stage 2 for one topology/steps/hw message."""
+        self.stats["messages"] += 1
+        job = decoded.get("job") or message_job(msg)
+        self.job_clocks.observe(job, msg.ts_ns, ref_ns)
+        return self._guard(job, self.job_stage.feed, msg, decoded, self.job_clocks.now(job, ref_ns))
+
+    def job_tick(self, ref_ns: int, extrapolate: Callable[[str], bool] = _always) -> list[dict]:
+        out: list[dict] = []
+        for job in list(self.job_stage.jobs):
+            live = extrapolate(job)
+            out.extend(self._guard(job, self.job_stage.tick_job, job, self.job_clocks.now(job, ref_ns, live),
+                                   not live))
+        for job in [j for j in self.job_clocks.jobs() if j not in self.job_stage.jobs]:
+            self.job_clocks.forget(job)  # ended and forgotten by stage 2: stage 1 lets it go too
+            self.comm_stage.forget_job(job)
+            self.comm_clocks.forget(job)
         return out
 
-    def tick(self, now_ns: int) -> list[dict]:
-        if now_ns > self.now_ns:
-            self.now_ns = now_ns
-        if self.now_ns < self._next_tick:  # called per message: nothing is due most of the time
+    def _guard(self, job: str, fn, *args) -> list[dict]:
+        """Run one job's step; an exception is counted, logged (the first few), and the job's
+        state is reset (it rebuilds from the next heartbeats) instead of stopping the stream."""
+        try:
+            return fn(*args)
+        except Exception:  # noqa: BLE001 - see the docstring
+            self._errors["tick_errors"] += 1
+            if self._errors["tick_errors"] <= 10:
+                log.exception("detector failed on job %s; its state is reset", job)
+            self.job_stage.jobs.pop(job, None)
+            self.comm_stage.forget_job(job)
             return []
-        out = self._reports(self.comm_stage.tick(self.now_ns))
-        out.extend(self.job_stage.tick(self.now_ns))
-        if self.now_ns - self._last_prune >= PRUNE_NS:
-            self._last_prune = self.now_ns
-            self.prune_jobs(self.now_ns)
-        jobs = min((js.last_tick for js in self.job_stage.jobs.values()), default=self.now_ns)
-        self._next_tick = min(self.comm_stage.last_tick + comm_stage.TICK_NS, jobs + job_stage.TICK_NS,
-                              self._last_prune + PRUNE_NS)
-        return out
-
-    def prune_jobs(self, now_ns: int) -> None:
-        """Forget jobs with no message for `state_idle_s` and no open incident (comms are
-        pruned by the comm stage itself)."""
-        idle = self.settings.state_idle_s * 1e9
-        for job in [j for j, t in self._job_seen.items() if now_ns - t >= idle]:
-            js = self.job_stage.jobs.get(job)
-            if js is None or not js.book.open:
-                self.job_stage.jobs.pop(job, None)
-                del self._job_seen[job]
 
     # ------------------------------------------------------------------------------
-    def health(self, job: str) -> dict:
-        """Ranks, progress per comm and open incidents of a job (terminal demo, dashboards)."""
-        comms = {}
-        ranks: set[int] = set()
+    def jobs(self) -> list[str]:
+        return sorted(self.job_stage.jobs)
+
+    def now(self, job: str) -> int:
+        return self.job_clocks.now(job, self.ref_ns)
+
+    def health(self, job: str, ref_ns: int | None = None) -> dict:
+        """The job's health snapshot (docs/architecture.md, "Job health snapshots")."""
+        now = self.job_clocks.now(job, self.ref_ns if ref_ns is None else ref_ns)
+        snap = self.job_stage.health(job, now, self.drops(job))
+        return snap if snap is not None else health.empty(job, now)
+
+    def drops(self, job: str | None = None) -> dict[str, int]:
+        """Cumulative counts of what the core dropped or refused, by reason (metrics and the
+        job health), for one job or all."""
+        out: Counter = Counter()
         for (j, _), st in self.comm_stage.comms.items():
-            if j != job or st.n == 0:
-                continue
-            members = st.rank_of >= 0
-            ranks.update(st.members())
-            comms[st.hex] = {
-                "members": int(members.sum()), "nodes": st.nodes(),
-                "started": int(st.started.max()), "completed": int(st.completed[members].min()) if members.any() else -1,
-                "inside": int(((st.started > st.completed) & members).sum()),
-                "last_progress_ns": int(st.last_progress_ns),
-            }
-        js = self.job_stage.jobs.get(job)
-        incidents = [js.book.event(i, "open", self.now_ns) for i in js.book.open.values()] if js else []
-        return {"job": job, "ts_ns": self.now_ns, "ranks": len(ranks), "comms": comms, "incidents": incidents}
+            if job is None or j == job:
+                out.update(st.dropped)
+        if job is None:
+            out.update(self._errors)
+            if self.comm_clocks.held_back or self.job_clocks.held_back:
+                out["clock_jumps"] = self.comm_clocks.held_back + self.job_clocks.held_back
+        return dict(out)
 
     def window_stats(self) -> list[dict]:
         """Drain per-rank window rows (for the ClickHouse sink): one dict per rank and window."""
@@ -135,7 +199,7 @@ class Detector:
                 rows.append({
                     "job": rep["job"], "comm": rep["comm"], "rank": rank, "window_end_ns": rep["ts_ns"],
                     "instances": rep["instances"], "mean_lag_ms": cols[0][i], "last_share": cols[1][i],
-                    "impact": cols[2][i], "wait_share": cols[3][i],
+                    "inside": cols[2][i], "clock_offset_ms": cols[3][i],
                 })
         return rows
 
@@ -152,7 +216,7 @@ class Detector:
         while pending:
             rest = []
             for st in pending:
-                local = {int(st.rank_of[c]): float(st.offsets[c]) for c in np.flatnonzero(st.rank_of >= 0).tolist()}
+                local = {int(r): float(o) for r, o in zip(st.rank_of.tolist(), st.offsets.tolist())}
                 shared = [r for r in local if r in glob]
                 if glob and not shared:
                     rest.append(st)
@@ -161,9 +225,8 @@ class Detector:
                 for r, off in local.items():
                     glob.setdefault(r, off + shift)
             if len(rest) == len(pending):  # disconnected from the rest: its own scale
-                first = rest[0]
-                for c in np.flatnonzero(first.rank_of >= 0).tolist():
-                    glob.setdefault(int(first.rank_of[c]), float(first.offsets[c]))
+                for r, o in zip(rest[0].rank_of.tolist(), rest[0].offsets.tolist()):
+                    glob.setdefault(int(r), float(o))
                 rest = rest[1:]
             pending = rest
         return {r: int(round(v)) for r, v in sorted(glob.items())}

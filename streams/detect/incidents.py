@@ -81,5 +81,17 @@ class IncidentBook:
         self._resolved_at[key] = now_ns
         return [self.event(inc, "resolved", now_ns)]
 
+    def resolve_all(self, now_ns: int, reason: str, why: str) -> list[dict]:
+        """Resolve every open incident at once (the job ended): `evidence.resolved_reason`
+        says why, and none reopens unless the condition is seen again after the quiet period."""
+        out = []
+        for key in list(self.open):
+            inc = self.open.pop(key)
+            inc.evidence = {**inc.evidence, "resolved_reason": reason}
+            inc.summary = f"{inc.summary} [resolved: {why}]"
+            self._resolved_at[key] = now_ns
+            out.append(self.event(inc, "resolved", now_ns))
+        return out
+
     def of_kind(self, kind: str) -> list[Incident]:
         return [i for i in self.open.values() if i.kind == kind]

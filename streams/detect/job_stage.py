@@ -1,32 +1,55 @@
 """Stage 2: all communicators of a job together -> incidents (contract 2.6).
 
-Inputs: stage-1 reports (see `comm_stage.py`) and the job-keyed topics (topology, steps,
-hardware). Detectors: `hang` / `comm_hang` (wait-for chains), `node_lost`, `job_stalled`,
-`slow_rank`, `slow_link`, `hw_fault`. Time is the event time handed in (`now_ns`).
+Inputs: stage-1 reports (`comm_stage.py`) and the job-keyed topics (topology, steps,
+hardware). Time is the job's own event time handed in (`now_of(job)`).
+
+- `hang` (P0, one per job while it lasts): the wait-for graph (`waits.py`) from the ranks
+  waiting in blocked instances to the root ranks. A root is hung when it made no progress
+  on any of its comms for the threshold (a slow rank still progressing is not hung), or
+  exited, or its completion path is stuck. The blocked comms and waiting ranks are
+  evidence, updated in place, never new incidents.
+- `comm_hang` (P0): a blocked instance that every member entered, none of them held by
+  anything older, and none completes.
+- The threshold follows the job's cadence: max(`hang_floor_s`, `hang_gap_factor` x the
+  longest normal silence of a comm's members (p99), `hang_step_factor` x the median step).
+- `node_lost` (P0): a node's heartbeats stop while other nodes of the job still report.
+- `job_stalled` (P2): nobody inside a blocked call and no progress for far longer than usual.
+- `slow_rank`: compute shares (`slow.py`) and iteration phases (`steps.py`), one incident
+  per culprit; a pipeline stage slower than the others from the start is one P3 advisory
+  (`slow_rank` with no culprit rank, `evidence.advisory = "stage_imbalance"`), and a job
+  slower than its own baseline with no culprit one P3 (`evidence.job_slowdown`).
+- `slow_link`, `hw_fault` (XID / ECC deltas, SM clock far below the job's, a GPU that stops
+  answering NVML, a completion path stuck while the job still progresses).
+- A job whose ranks all exited (agents say so), or that sends nothing for `JOB_SILENT_NS`,
+  ends: its open incidents resolve with `evidence.resolved_reason` and nothing repeats.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections import deque
 from dataclasses import dataclass, field
+from typing import Callable
 
 from commwatch import topics
 from commwatch.settings import Settings
-from commwatch.streams.detect.hang import inside_map, walk
+from commwatch.streams.detect import health, waits
+from commwatch.streams.detect.comm_stage import QUIET_NS
 from commwatch.streams.detect.incidents import IncidentBook
 from commwatch.streams.detect.slow import SlowTracker
+from commwatch.streams.detect.steps import StepTracker
 
 TICK_NS = 250_000_000
 SLOW_EVAL_NS = 500_000_000
 HW_CLOCK_RATIO = 0.85  # SM clock below this share of the job's median is an anomaly
 HW_SLOW_EVIDENCE_RATIO = 0.95
-STEP_NORMAL = 1.05  # a step within this factor of the learned normal teaches the normal
-STEP_LEARN = 0.1
-STEP_DRIFT = 0.02
-RECENT_STEPS = 1.5  # the current step time: median of steps reported in this many normal steps
 P1_AFTER_NS = 10_000_000_000  # a slow rank costing half the job's time is P1 once it lasts this long
 HW_HOLD_NS = 10_000_000_000  # a hardware anomaly this old with no slowdown is a hw_fault
+STUCK_HW_NS = 30_000_000_000  # a stuck completion path while the job progresses: a hw_fault after this
+JOB_SILENT_NS = 60_000_000_000  # no message at all from a job this long (at most `state_idle_s`): it ended
+JOB_SLOWDOWN = 0.2  # step time this much above the job's baseline with no culprit ...
+JOB_SLOWDOWN_HOLD_NS = 20_000_000_000  # ... for this long: a P3
+DATA_REPORTS = ("node", "window", "p2p_window")  # reports that only data (heartbeats, calls) cause
+SILENCE_KINDS_KEPT = ("slow_rank", "slow_link", "hw_fault")  # what may expire while a job is held
 
 
 @dataclass
@@ -34,19 +57,26 @@ class JobState:
     job: str
     book: IncidentBook
     slow: SlowTracker
+    steps: StepTracker
     node_of: dict[int, str] = field(default_factory=dict)
     coords: dict[int, dict] = field(default_factory=dict)
+    world_size: int = 0
     node_ranks: dict[str, set] = field(default_factory=dict)
     node_seen: dict[str, int] = field(default_factory=dict)
     waits: dict[str, dict] = field(default_factory=dict)
     comms: dict[str, dict] = field(default_factory=dict)
-    steps: deque = field(default_factory=lambda: deque(maxlen=256))
-    base_step: dict[int, float] = field(default_factory=dict)
-    recent_steps: deque = field(default_factory=lambda: deque(maxlen=4096))
+    members: dict[str, set] = field(default_factory=dict)
     hw: dict[tuple[str, int], dict] = field(default_factory=dict)
     hw_since: dict[tuple[str, int], int] = field(default_factory=dict)
     last_tick: int = 0
     last_slow_eval: int = 0
+    last_msg_ns: int = 0
+    ended_ns: int = 0
+    ended_reason: str = ""
+    analysis: waits.Analysis | None = None
+    threshold_ns: float = 0.0
+    stuck_since: dict[int, int] = field(default_factory=dict)
+    slowdown_since: int = 0
 
 
 class JobStage:
@@ -61,13 +91,21 @@ class JobStage:
         if js is None:
             s = self.settings
             js = self.jobs[job] = JobState(job, IncidentBook(job, s.resolve_after_s),
-                                           SlowTracker(s.slow_impact, s.slow_windows))
+                                           SlowTracker(s.slow_impact, s.slow_windows, s.slow_model),
+                                           StepTracker(s.slow_impact, s.slow_windows, s.slow_model))
         return js
+
+    def _touch(self, js: JobState, now_ns: int) -> None:
+        js.last_msg_ns = max(js.last_msg_ns, now_ns)
+        if js.ended_ns and now_ns - js.ended_ns > 0 and js.ended_reason == "no_data":
+            js.ended_ns, js.ended_reason = 0, ""  # data again: the job (or the pipeline) is back
 
     # ------------------------------------------------------------------------------
     def feed_report(self, rep: dict, now_ns: int) -> list[dict]:
         js = self.job(rep["job"])
         t = rep["type"]
+        if t in DATA_REPORTS:  # stage 1 reports comms and waits on its own ticks: not a sign of life
+            self._touch(js, now_ns)
         if t == "window":
             js.slow.window(rep)
         elif t == "p2p_window":
@@ -78,6 +116,7 @@ class JobStage:
             js.waits.pop(rep["comm"], None)
         elif t == "comm":
             js.comms[rep["comm"]] = rep
+            js.members[rep["comm"]] = set(rep["members"])
         elif t == "node":
             js.node_seen[rep["node"]] = max(js.node_seen.get(rep["node"], 0), rep["ts_ns"])
             ranks = js.node_ranks.setdefault(rep["node"], set())
@@ -89,60 +128,124 @@ class JobStage:
     def feed(self, msg, decoded: dict, now_ns: int) -> list[dict]:
         """Topology, steps and hardware messages (`msg.topic` says which); no incident at once."""
         js = self.job(decoded["job"])
+        self._touch(js, now_ns)
         if msg.topic == topics.TOPOLOGY:
             js.node_of[decoded["rank"]] = decoded["node"]
             js.node_ranks.setdefault(decoded["node"], set()).add(decoded["rank"])
+            js.world_size = max(js.world_size, decoded["world_size"])
             if decoded.get("coords"):
                 js.coords[decoded["rank"]] = decoded["coords"]
         elif msg.topic == topics.STEPS:
-            dur = decoded["t_end_ns"] - decoded["t_start_ns"]
-            js.steps.append(dur)
-            base = js.base_step.get(decoded["rank"])
-            if base is None:
-                base = js.base_step[decoded["rank"]] = float(dur)
-            else:  # each rank's normal step: learned from normal steps, drifting up only slowly
-                rate = STEP_LEARN if dur <= base * STEP_NORMAL else STEP_DRIFT
-                js.base_step[decoded["rank"]] = base + rate * (dur - base)
-            if len(js.steps) >= 16 and dur > 0:
-                js.recent_steps.append((now_ns, 1.0 - base / dur))
+            js.steps.add(decoded)
         elif msg.topic == topics.HW:
             js.hw[(decoded["node"], decoded.get("rank", -1))] = decoded
         return []
 
     # ------------------------------------------------------------------------------
-    def tick(self, now_ns: int) -> list[dict]:
+    def tick(self, now_of: Callable[[str], int]) -> list[dict]:
         out: list[dict] = []
-        for js in self.jobs.values():
-            if now_ns - js.last_tick < TICK_NS:
-                continue
-            js.last_tick = now_ns
+        for job in list(self.jobs):
+            out.extend(self.tick_job(job, now_of(job)))
+        return out
+
+    def tick_job(self, job: str, now_ns: int, hold: bool = False) -> list[dict]:
+        """Time passing for one job (at most once per `TICK_NS` of its time). `hold`: its input
+        is being caught up on, so nothing that concludes from silence (hangs, lost nodes,
+        stalls, the job's end) is judged, and what is open stays open."""
+        js = self.jobs.get(job)
+        if js is None or now_ns - js.last_tick < TICK_NS:
+            return []
+        js.last_tick = now_ns
+        out: list[dict] = []
+        if js.ended_ns:
+            if now_ns - max(js.ended_ns, js.last_msg_ns) >= self._silent_ns() and not js.book.open:
+                del self.jobs[job]  # ended and silent: forgotten (a message later starts it afresh)
+            return out
+        if not hold:
+            if self._ended(js, now_ns, out):
+                return out
+            js.threshold_ns = self.threshold_ns(js)
             lost = self._node_lost(js, now_ns, out)
             self._hangs(js, now_ns, lost, out)
             self._stalled(js, now_ns, out)
-            if now_ns - js.last_slow_eval >= SLOW_EVAL_NS:
-                js.last_slow_eval = now_ns
-                self._slow(js, now_ns, out)
-                self._hw(js, now_ns, out)
-            out.extend(js.book.expire(now_ns))
+        if now_ns - js.last_slow_eval >= SLOW_EVAL_NS:
+            js.last_slow_eval = now_ns
+            self._slow(js, now_ns, out)
+            self._hw(js, now_ns, out)
+        out.extend(js.book.expire(now_ns, SILENCE_KINDS_KEPT if hold else None))
         return out
+
+    def health(self, job: str, now_ns: int, drops: dict[str, int] | None = None) -> dict | None:
+        """The job's health snapshot (`health.py`); None for a job never seen."""
+        js = self.jobs.get(job)
+        return None if js is None else health.snapshot(js, now_ns, drops)
 
     def nodes_of(self, js: JobState, ranks) -> list[str]:
         return sorted({js.node_of[r] for r in ranks if r in js.node_of})
 
     def median_step_ns(self, js: JobState) -> float:
-        if js.steps:
-            return float(statistics.median(js.steps))
-        gaps = [c["gap_p50_ns"] for c in js.comms.values() if c["gap_p50_ns"] > 0]
-        return float(max(gaps)) if gaps else 0.0
+        return js.steps.median_step_s() * 1e9
 
-    def step_loss(self, js: JobState, now_ns: int) -> float:
-        """Share of the current step time lost against each rank's learned normal step (median
-        over the steps reported lately; 0 without iteration timings)."""
-        if not js.recent_steps:
-            return 0.0
-        since = now_ns - RECENT_STEPS * statistics.median(js.steps)
-        losses = [x for t, x in js.recent_steps if t >= since]
-        return max(0.0, float(statistics.median(losses))) if losses else 0.0
+    def threshold_ns(self, js: JobState) -> float:
+        """Hang threshold: the floor, or longer for a job whose ranks normally go long
+        without progress (long steps, a slow stage): its own cadence."""
+        s = self.settings
+        gaps = [c["gap_p99_ns"] for c in js.comms.values()]
+        return max(s.hang_floor_s * 1e9, s.hang_gap_factor * max(gaps, default=0),
+                   s.hang_step_factor * self.median_step_ns(js))
+
+    # ------------------------------------------------------------------------------
+    def _ranks(self, js: JobState) -> set[int]:
+        out = set(js.node_of)
+        for m in js.members.values():
+            out |= m
+        return out
+
+    def _exited(self, js: JobState) -> set[int]:
+        out: set[int] = set()
+        for c in js.comms.values():
+            out.update(c["exited"])
+        return out
+
+    def _ended(self, js: JobState, now_ns: int, out: list) -> bool:
+        reason = ""
+        ranks = self._ranks(js)
+        exited = self._exited(js)
+        if ranks and exited >= ranks:
+            reason = "job_ended"
+        elif now_ns - js.last_msg_ns >= self._silent_ns():
+            reason = "no_data"
+        if not reason:
+            return False
+        js.ended_ns, js.ended_reason = now_ns, reason
+        why = ("every rank's process exited" if reason == "job_ended"
+               else f"no message from the job for {(now_ns - js.last_msg_ns) / 1e9:.0f} s")
+        out.extend(js.book.resolve_all(now_ns, reason, why))
+        js.waits.clear()
+        return True
+
+    def _silent_ns(self) -> float:
+        return min(JOB_SILENT_NS, self.settings.state_idle_s * 1e9)
+
+    def silent_since(self, js: JobState, rank: int, now_ns: int) -> int:
+        """When the rank last made progress on any of its comms (as the pipeline saw it)."""
+        last = 0
+        for comm, members in js.members.items():
+            if rank not in members:
+                continue
+            c = js.comms[comm]
+            quiet = next((since for r, since in c["quiet"] if r == rank), None)
+            last = max(last, quiet if quiet is not None else c["ts_ns"] - QUIET_NS)
+        return last
+
+    def _stuck(self, js: JobState) -> dict[int, tuple[int, int, str]]:
+        """Ranks whose completion path is stuck: rank -> (completed, peers' completed, comm)."""
+        out = {}
+        for comm, c in js.comms.items():
+            for r, done, _since in c["stuck"]:
+                if r not in out:
+                    out[r] = (done, c["d"], comm)
+        return out
 
     # ------------------------------------------------------------------------------
     def _node_lost(self, js: JobState, now_ns: int, out: list) -> set[str]:
@@ -151,62 +254,101 @@ class JobStage:
             return set()
         newest = max(js.node_seen.values())
         lost = set()
+        exited = self._exited(js)
         for node, seen in sorted(js.node_seen.items()):
+            ranks = sorted(js.node_ranks.get(node, ()))
+            if ranks and set(ranks) <= exited:
+                continue  # its processes ended: the agent has nothing left to report
             if now_ns - seen >= limit and newest - seen >= limit:
                 lost.add(node)
-                ranks = sorted(js.node_ranks.get(node, ()))
                 out.extend(js.book.assert_(
                     ("node_lost", node), now_ns, kind="node_lost", severity="P0", culprit_ranks=ranks,
                     culprit_nodes=[node], comm="",
                     summary=f"no heartbeat from {node} for {(now_ns - seen) / 1e9:.1f} s ({len(ranks)} ranks)",
                     evidence={"last_heartbeat_ns": seen, "silent_s": round((now_ns - seen) / 1e9, 1), "onset_ns": seen},
                     id_hint=f"{node}-{now_ns}"))
+            elif ("node_lost", node) in js.book.open:
+                out.extend(js.book.resolve(("node_lost", node), now_ns))
         return lost
 
     def _hangs(self, js: JobState, now_ns: int, lost: set[str], out: list) -> None:
+        js.analysis = None
         if not js.waits:
             return
-        inside = inside_map(js.waits)
-        timed_out = [c for c in sorted(js.waits) if now_ns - js.waits[c]["since_ns"] >= js.waits[c]["threshold_ns"]]
-        if not timed_out:
-            return
-        oldest = max(now_ns - js.waits[c]["since_ns"] for c in timed_out)
-        roots, rc, reached = walk(js.waits, inside, timed_out)
-        root_comms = {c: js.waits[c] for c in rc if now_ns - js.waits[c]["since_ns"] >= js.waits[c]["threshold_ns"]}
-        waiting = sorted(inside)
-        for comm, w in sorted(root_comms.items()):
-            ranks = [r for r, _, _ in w["inside"]]
-            nodes = w.get("nodes") or self.nodes_of(js, ranks)
-            if lost.intersection(nodes) or w.get("unknown"):
-                continue  # a lost node (node_lost) or a member never seen: not the transport's fault
-            age = (now_ns - w["since_ns"]) / 1e9
+        thr = js.threshold_ns
+        exited = self._exited(js)
+        stuck = self._stuck(js)
+        left: set[int] = set()
+        for c in js.comms.values():
+            left.update(c["left"])
+        # a rank silent for the threshold is hung once others have waited on it for half of it
+        # (they reach the call it never entered up to an iteration after it stopped)
+        an = waits.analyse(js.waits, now_ns, thr / 2, exited | set(stuck) | left)
+        js.analysis = an
+        roots = []
+        for r, (comm, seq, op, p2p) in sorted(an.roots.items()):
+            node = js.node_of.get(r)
+            if node in lost:
+                continue  # its node is lost: node_lost covers it
+            if r in exited:
+                reason = "exited"
+            elif r in stuck:
+                reason = "completion_stuck"
+            elif now_ns - self.silent_since(js, r, now_ns) >= thr:
+                reason = "silent"
+            else:
+                continue  # still progressing elsewhere: slow, not hung (the slow detectors judge it)
+            roots.append((r, reason, comm, seq, op, p2p))
+        waited = now_ns - an.oldest_since_ns
+        if roots:
+            self._assert_hang(js, now_ns, an, roots, waited, thr, out)
+        comm_roots = [x for x in an.comm_roots if not lost.intersection(js.comms.get(x.comm, {}).get("nodes", ()))
+                      and not (exited & set(x.entered)) and now_ns - x.since_ns >= thr]
+        if comm_roots:
+            x = min(comm_roots, key=lambda i: (i.since_ns, i.comm))
+            nodes = sorted({n for i in comm_roots for n in js.comms.get(i.comm, {}).get("nodes", ())})
+            age = (now_ns - x.since_ns) / 1e9
             out.extend(js.book.assert_(
-                ("comm_hang", comm), now_ns, kind="comm_hang", severity="P0", culprit_ranks=[],
-                culprit_nodes=nodes, comm=comm,
-                summary=f"all {len(ranks)} members entered {w['op']} #{w['seq']} on comm {comm[:4]}.. and none "
+                ("comm_hang",), now_ns, kind="comm_hang", severity="P0", culprit_ranks=[], culprit_nodes=nodes,
+                comm=x.comm,
+                summary=f"all {len(x.entered)} members entered {x.op} #{x.seq} on comm {x.comm[:4]}.. and none "
                         f"completes for {age:.1f} s (nodes {', '.join(nodes) or '?'})",
-                evidence={"seq": w["seq"], "op": w["op"], "waited_s": round(age, 1), "ranks": ranks,
-                          "onset_ns": int(w["since_ns"])},
-                id_hint=f"{comm}-{w['seq']}"))
-        if not roots:
-            return
-        root_ranks = sorted(roots)
-        nodes = self.nodes_of(js, root_ranks)
-        if lost and nodes and set(nodes) <= lost:
-            return  # the lost node is the cause: node_lost covers it
-        comm, seq = min(roots.values(), key=lambda cs: (js.waits[cs[0]]["since_ns"], cs[0]))
-        w = js.waits[comm]
-        who = ", ".join(map(str, root_ranks[:8])) + ("..." if len(root_ranks) > 8 else "")
+                evidence={"seq": x.seq, "op": x.op, "waited_s": round(age, 1), "ranks": sorted(x.entered)[:64],
+                          "comms": [i.comm for i in comm_roots][:16], "threshold_s": round(thr / 1e9, 2),
+                          "onset_ns": int(x.since_ns)},
+                id_hint=f"{x.comm}-{x.seq}"))
+
+    def _assert_hang(self, js: JobState, now_ns: int, an: waits.Analysis, roots: list, waited: int, thr: float,
+                     out: list) -> None:
+        ranks = sorted(r for r, *_ in roots)
+        stuck = self._stuck(js)
+        detail = []
+        for r, reason, comm, seq, op, p2p in roots[:16]:
+            d = {"rank": r, "reason": reason, "comm": comm, "seq": seq, "op": op, "p2p": p2p, "node": js.node_of.get(r)}
+            if reason == "completion_stuck":
+                d["completed"], d["peers_completed"] = stuck[r][0], stuck[r][1]
+            detail.append(d)
+        first = detail[0]
+        who = ", ".join(map(str, ranks[:8])) + ("..." if len(ranks) > 8 else "")
+        s = "s" if len(ranks) > 1 else ""
+        if first["reason"] == "exited":
+            what = f"rank{s} {who} exited; peers wait in {first['op']} #{first['seq']} on comm {first['comm'][:4]}.."
+        elif first["reason"] == "completion_stuck":
+            what = (f"rank{s} {who}: completions stopped at #{first['completed']} while peers completed "
+                    f"#{first['peers_completed']} (GPU or driver fault suspected); never entered {first['op']} "
+                    f"#{first['seq']} on comm {first['comm'][:4]}..")
+        else:
+            what = f"rank{s} {who} never entered {first['op']} #{first['seq']} on comm {first['comm'][:4]}.."
+        blocked = sorted({x.comm for x in an.blocked})
         out.extend(js.book.assert_(
-            ("hang",), now_ns, kind="hang", severity="P0", culprit_ranks=root_ranks, culprit_nodes=nodes,
-            comm=comm,
-            summary=f"rank{'s' if len(root_ranks) > 1 else ''} {who} never entered {w['op']} "
-                    f"#{seq if seq >= 0 else w.get('p2p_seq', -1)} on comm "
-                    f"{comm[:4]}..; {len(waiting)} ranks waiting {oldest / 1e9:.1f} s",
-            evidence={"seq": seq, "op": w["op"], "waiting_ranks": len(waiting), "waited_s": round(oldest / 1e9, 1),
-                      "threshold_s": round(w["threshold_ns"] / 1e9, 2), "blocked_comms": reached,
-                      "onset_ns": int(now_ns - oldest)},
-            id_hint=f"{comm}-{seq if seq >= 0 else 'p2p'}"))
+            ("hang",), now_ns, kind="hang", severity="P0", culprit_ranks=ranks, culprit_nodes=self.nodes_of(js, ranks),
+            comm=first["comm"],
+            summary=f"{what}; {len(an.waiting)} ranks waiting {waited / 1e9:.1f} s",
+            evidence={"roots": detail, "seq": first["seq"], "op": first["op"], "waiting_ranks": len(an.waiting),
+                      "waited_s": round(waited / 1e9, 1), "threshold_s": round(thr / 1e9, 2),
+                      "blocked_comms": blocked[:32], "blocked_instances": len(an.blocked), "deadlock": an.deadlock,
+                      "onset_ns": int(an.oldest_since_ns)},
+            id_hint=f"{first['comm']}-{'p2p' if first['p2p'] else ''}{first['seq']}"))
 
     def _stalled(self, js: JobState, now_ns: int, out: list) -> None:
         if js.waits or not js.comms or not js.node_seen:
@@ -214,7 +356,7 @@ class JobStage:
         limit = self.settings.node_lost_periods * self.settings.heartbeat_period_s * 1e9
         if now_ns - max(js.node_seen.values()) > limit:
             return  # nobody reports: the job ended or the pipeline lost it, not a stall
-        last = max(c["last_progress_ns"] for c in js.comms.values())
+        last = max(c["last_ns"] for c in js.comms.values())
         if last <= 0:
             return
         need = max(self.settings.stall_floor_s * 1e9, self.settings.stall_step_factor * self.median_step_ns(js))
@@ -226,35 +368,69 @@ class JobStage:
                 evidence={"idle_s": round(idle / 1e9, 1), "limit_s": round(need / 1e9, 1), "onset_ns": int(last)},
                 id_hint=f"{now_ns}"))
 
+    # ------------------------------------------------------------------------------
     def _slow(self, js: JobState, now_ns: int, out: list) -> None:
-        fresh = int(max(5e9, 3 * self.median_step_ns(js)))
-        keep = {inc.culprit_ranks[0] for inc in js.book.of_kind("slow_rank")}
-        found = js.slow.culprits(now_ns, fresh, keep)
-        loss = self.step_loss(js, now_ns)
+        hung = set(js.book.open[("hang",)].culprit_ranks) if ("hang",) in js.book.open else set()
+        held = {inc.culprit_ranks[0] for inc in js.book.of_kind("slow_rank") if inc.culprit_ranks}
+        world = js.world_size or len(self._ranks(js))
+        in_use = {c: r["members"] for c, r in js.comms.items() if r.get("active")}
+        found = js.slow.evaluate(now_ns, js.coords, world, held, in_use)
+        timed = set(js.slow.ratio)  # ranks the collectives judge: phases may hold waits, those do not
+        for r, ev in js.steps.evaluate(now_ns, js.coords, held).items():
+            if r in found:
+                found[r]["phases"] = ev
+            elif r not in timed:
+                found[r] = ev
+        loss = js.steps.slowdown()
         clocks = self._sm_clocks(js)
         med_clock = statistics.median(clocks.values()) if len(clocks) >= 2 else 0.0
         for rank, ev in sorted(found.items()):
+            if rank in hung:
+                continue
             impact = ev["impact"]
-            held = js.book.open.get(("slow_rank", rank))
-            lasting = held is not None and now_ns - held.opened_ns >= P1_AFTER_NS
+            key = ("slow_rank", rank)
+            open_ = js.book.open.get(key)
+            lasting = open_ is not None and now_ns - open_.opened_ns >= P1_AFTER_NS
             sev = "P1" if impact >= 0.5 and lasting else "P2" if impact >= 0.2 else "P3"
-            if held is not None:
-                sev = min(sev, held.severity)  # severity only rises while open: no flapping updates
+            if open_ is not None:
+                sev = min(sev, open_.severity)  # severity only rises while open: no flapping updates
             clock = clocks.get(rank)
             if clock and med_clock and clock < HW_SLOW_EVIDENCE_RATIO * med_clock:
                 ev = {**ev, "sm_clock_mhz": clock, "peers_sm_clock_mhz": med_clock}
-            if loss > 0:
-                ev = {**ev, "step_loss": round(loss, 3)}
+            if loss is not None and loss > 0:
+                ev = {**ev, "job_slowdown": loss}
             if rank in js.coords:
                 ev = {**ev, "coords": js.coords[rank]}
+            where = "its iteration phases" if ev.get("signal") == "phases" else "computing between calls"
             out.extend(js.book.assert_(
-                ("slow_rank", rank), now_ns, kind="slow_rank", severity=sev, culprit_ranks=[rank],
-                culprit_nodes=self.nodes_of(js, [rank]), comm=ev["comms"][0]["comm"] if ev["comms"] else "",
-                summary=f"rank {rank} arrives late in {len(ev['comms'])} comm(s); its peers lose "
-                        f"{impact * 100:.0f}% of their time waiting on it"
-                        + (f" (it runs {ev['slowdown'] * 100:.0f}% slower)" if ev.get("slowdown") else ""),
+                key, now_ns, kind="slow_rank", severity=sev, culprit_ranks=[rank],
+                culprit_nodes=self.nodes_of(js, [rank]),
+                comm=ev["comms"][0]["comm"] if ev.get("comms") else "",
+                summary=f"rank {rank} is {ev['slowdown'] * 100:.0f}% slower than the ranks doing the same work "
+                        f"({where}); the job loses ~{impact * 100:.0f}% of its time waiting on it",
                 evidence=ev, id_hint=f"{rank}-{now_ns}"))
-        links = js.slow.slow_links(now_ns, fresh, set(found))
+        for adv in js.slow.advisories(js.coords):
+            nodes = self.nodes_of(js, adv["ranks"])
+            out.extend(js.book.assert_(
+                ("imbalance", adv["stage"]), now_ns, kind="slow_rank", severity="P3", culprit_ranks=[],
+                culprit_nodes=[], comm="",
+                summary=f"pipeline stage {adv['stage']} ({len(adv['ranks'])} ranks) computes "
+                        f"{(adv['ratio'] - 1) * 100:.0f}% more than the other stages since the start: "
+                        f"rebalance the stages; no faulty rank",
+                evidence={"advisory": "stage_imbalance", "stage": adv["stage"], "ranks": adv["ranks"][:64],
+                          "ratio": adv["ratio"], "nodes": nodes[:16]},
+                id_hint=f"stage{adv['stage']}"))
+        unexplained = loss is not None and loss >= JOB_SLOWDOWN and not found and not held and not hung
+        js.slowdown_since = (js.slowdown_since or now_ns) if unexplained else 0
+        if unexplained and now_ns - js.slowdown_since >= JOB_SLOWDOWN_HOLD_NS:
+            out.extend(js.book.assert_(
+                ("job_slowdown",), now_ns, kind="slow_rank", severity="P3", culprit_ranks=[], culprit_nodes=[],
+                comm="", summary=f"the job's steps take {loss * 100:.0f}% longer than its own baseline; "
+                                 f"no rank explains it",
+                evidence={"job_slowdown": loss, "median_step_s": round(js.steps.median_step_s(), 3),
+                          "baseline_step_s": round(js.steps.base_s, 3)},
+                id_hint=f"{now_ns}"))
+        links = js.slow.slow_links(now_ns, set(found))
         if links:
             counts: dict[str, int] = {}
             for link in links:
@@ -265,7 +441,7 @@ class JobStage:
             out.extend(js.book.assert_(
                 ("slow_link", tuple(nodes)), now_ns, kind="slow_link", severity="P2", culprit_ranks=[],
                 culprit_nodes=nodes, comm=links[0]["comm"],
-                summary=f"transfers slow on {len(links)} comm(s) spanning {', '.join(nodes)}; no rank arrives late",
+                summary=f"transfers slow on {len(links)} comm(s) spanning {', '.join(nodes)}; no rank is slow",
                 evidence={"comms": links[:16]}, id_hint=f"{'-'.join(nodes)}-{now_ns}"))
 
     def _sm_clocks(self, js: JobState) -> dict[int, float]:
@@ -275,6 +451,7 @@ class JobStage:
         clocks = self._sm_clocks(js)
         med = statistics.median(clocks.values()) if len(clocks) >= 4 else 0.0
         slow_ranks = {r for inc in js.book.of_kind("slow_rank") for r in inc.culprit_ranks}
+        hung = set(js.book.open[("hang",)].culprit_ranks) if ("hang",) in js.book.open else set()
         for (node, rank), s in sorted(js.hw.items()):
             if rank in slow_ranks:
                 continue
@@ -282,7 +459,9 @@ class JobStage:
             if s.get("xid"):
                 why.append(f"XID {s['xid']}")
             if s.get("ecc_dbe"):
-                why.append(f"{s['ecc_dbe']} ECC double-bit errors")
+                why.append(f"{s['ecc_dbe']} new ECC double-bit errors")
+            if s.get("nvml_timeout"):
+                why.append("the GPU stopped answering NVML")
             clock = s.get("sm_clock_mhz")
             if med and clock and rank >= 0 and clock < HW_CLOCK_RATIO * med:
                 why.append(f"SM clock {clock:.0f} MHz vs {med:.0f} MHz on peers")
@@ -290,12 +469,27 @@ class JobStage:
                 js.hw_since.pop((node, rank), None)
                 continue
             since = js.hw_since.setdefault((node, rank), now_ns)
-            if now_ns - since < HW_HOLD_NS:
+            if now_ns - since < HW_HOLD_NS and not (s.get("xid") or s.get("ecc_dbe") or s.get("nvml_timeout")):
                 continue  # give a slowdown time to show: then it is a slow_rank with evidence
-            sev = "P2" if s.get("xid") or s.get("ecc_dbe") else "P3"
+            sev = "P2" if s.get("xid") or s.get("ecc_dbe") or s.get("nvml_timeout") else "P3"
             out.extend(js.book.assert_(
                 ("hw_fault", node, rank), now_ns, kind="hw_fault", severity=sev,
                 culprit_ranks=[rank] if rank >= 0 else [], culprit_nodes=[node], comm="",
-                summary=f"{node}{f' rank {rank}' if rank >= 0 else ''}: {'; '.join(why)}; no measurable slowdown",
-                evidence={k: s[k] for k in ("sm_clock_mhz", "throttle_reasons", "xid", "ecc_dbe", "temp_c") if k in s},
+                summary=f"{node}{f' rank {rank}' if rank >= 0 else ''}: {'; '.join(why)}",
+                evidence={k: s[k] for k in ("sm_clock_mhz", "throttle_reasons", "xid", "ecc_dbe", "temp_c",
+                                            "nvml_timeout") if k in s},
                 id_hint=f"{node}-{rank}-{now_ns}"))
+        for rank, (done, peers, comm) in sorted(self._stuck(js).items()):
+            if rank in hung:
+                continue
+            since = js.stuck_since.setdefault(rank, now_ns)
+            if now_ns - since < STUCK_HW_NS:
+                continue
+            node = js.node_of.get(rank, "")
+            out.extend(js.book.assert_(
+                ("completion_stuck", rank), now_ns, kind="hw_fault", severity="P2", culprit_ranks=[rank],
+                culprit_nodes=[node] if node else [], comm=comm,
+                summary=f"rank {rank}: completions stopped at #{done} while its peers completed #{peers} on comm "
+                        f"{comm[:4]}..; the job still progresses (GPU or driver fault suspected)",
+                evidence={"completed": done, "peers_completed": peers, "comm": comm}, id_hint=f"{rank}-{now_ns}"))
+        js.stuck_since = {r: t for r, t in js.stuck_since.items() if r in self._stuck(js)}

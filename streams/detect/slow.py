@@ -1,259 +1,307 @@
-"""Slow ranks and slow links from stage-1 window reports (stage 2, one job).
+"""Slow ranks, pipeline imbalance and slow links from stage-1 windows (stage 2, one job).
 
-Per (comm, rank) the tracker keeps the latest window's *excess* over the rank's own
-normal: for collectives the larger of `impact` (share of wall time its peers waited on it
-alone) and `slowdown` (its median lateness over its peers' time between instances: not
-diluted by pipeline bubbles, not moved by one pause); for SEND/RECV comms the waiting it
-caused its pipeline, chained to the root (`p2p_waits.py`); and `own` (share of wall time it
-waited on others). The normal is learned online, only from windows that do not look
-anomalous, so a fault does not teach itself as normal (P2P comms learn their first windows
-as normal: a pipeline's bubbles are structural waits); a river `GaussianScorer` per
-(comm, rank) scores the window's mean lag against the rank's history (evidence).
+The culprit of a slowdown is where the waiting ends: it computes slower than the ranks
+that do the same work, while its victims compute as fast as ever and only wait longer.
+So each rank is judged by its *compute share*: the share of wall time it spends outside
+communication calls, `1 - sum of its comms' inside shares` (`windows.py`: durations on the
+rank's own clock, from timed records only, so clock skew does not enter). A slow rank's
+share is its slowdown times its peers' (1.3x slower: 1.3x the share); a victim's is its
+peers', whatever it waits on and wherever (tensor, data or pipeline parallel).
 
-A culprit is late in every group it belongs to and waits on nobody: its excess stays
->= `slow_impact` for `slow_windows` consecutive windows of a comm and `SLOW_MIN_NS` (a GC
-blip lasts one or two windows; `P2P_MIN_NS` for P2P comms), or at once when its median
-slowdown is large over many instances. It is a victim, not a culprit, when it waits on a
-far later peer in any group (its TP peers wait on it in TP; the other stages wait on it in
-P2P), when its own waiting reaches half its impact, or when it is late in its pipeline only
-and on time in its collectives. Among suspects of one pipeline, the one that waits least
-in P2P is the cause.
+Peers are the ranks that do the same work: the same pipeline stage (`coords.pp` from the
+topology), or, without coordinates, the members of the rank's collective comms (tensor and
+data parallel groups are inside one stage), never a world-sized comm. A rank's `ratio` is
+its compute share over the median of its peers'.
 
-A slow link: a multi-node comm's transfer time (last arrival to completion) rises well
-above its normal for consecutive windows while none of its ranks arrives late.
+- `slow_rank`: ratio >= 1 + `slow_impact` sustained (`slow_windows` new windows and
+  `SLOW_MIN_NS`), or >= `FAST_RATIO` in two new windows in a row (a large slowdown is
+  named within about two iterations). Hysteresis: an open one stays while its ratio is
+  >= 1 + `slow_impact` / 2. Whether a ratio is anomalous is decided by the rank model
+  (`rank_model.py`: river or numpy rules).
+- Pipeline imbalance: a whole stage computes `IMBALANCE` more than the other stages, from
+  the start and throughout: tuning advice for the stage, not a faulty rank (`advisories`).
+- Slow link: a multi-node comm's transfer time (last arrival to completion) rises well
+  above its normal for consecutive windows while none of its ranks is slow.
+
+Ranks with a comm whose records carry no timing (host-enqueue probes) get no ratio here;
+their iteration phases (`steps.py`) still can.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
-LEARN = 0.1  # weight of a new normal window in the learned baselines
-GRACE = 3  # windows of a comm before its baselines are trusted
-OWN_DECAY = 0.5  # waiting on others is remembered for a few windows (victims recover last)
-SLOW_MIN_NS = 3e9  # lateness must last this long (event time) before it is a slow rank
-P2P_MIN_NS = 6e9  # the same for the waits a rank causes in SEND/RECV pairs (windows not aligned to iterations)
-FAST_FACTOR = 2.0  # a median slowdown this many times `slow_impact` ...
-FAST_INSTANCES = 8  # ... over at least this many instances of a window opens without waiting SLOW_MIN_NS
+from commwatch.streams.detect.rank_model import NoiseModel, RankModel
+
+FRESH_WINDOWS = 4.0  # a comm's window older than this many of its own intervals (and 5 s) is stale
+MIN_COMPUTE = 0.02
+IMBALANCE = 0.2  # a stage computing this much more than the others ...
+IMBALANCE_EVALS = 10  # ... in this many evaluations, from its first ones on, is an advisory
+ECHO_SHARE = 0.25  # a slowdown under this share of the largest one in the job is its echo
 LINK_FACTOR = 1.5
 LINK_MIN_MS = 1.0
+LINK_GRACE = 3
+LEARN = 0.1
+HORIZON_NS = 4_000_000_000  # inside shares are summed over this much of the latest windows ...
+HORIZON_WINDOWS = 16  # ... and at most this many (a window's edges cut calls: longer sums, smaller error)
 
 
 @dataclass
-class CommSlow:
-    ranks: np.ndarray
-    base_impact: np.ndarray
-    base_own: np.ndarray
-    impact_ex: np.ndarray
-    own_ex: np.ndarray
-    streak: np.ndarray
-    hot_since: np.ndarray
-    lag_ms: np.ndarray
-    last_share: np.ndarray
-    windows: int = 0
-    instances: int = 0
+class CommTiming:
+    ranks: list[int]
+    p2p: bool
     ts_ns: int = 0
-    span_ns: int = 0
-    nodes: list = field(default_factory=list)
-    base_xfer: float = -1.0
+    interval_ns: float = 0.0
+    inside: dict[int, float] | None = None  # None: untimed (host-enqueue); else over the horizon
+    latest: dict[int, float] = field(default_factory=dict)  # inside shares of the latest window alone
+    hist: deque = field(default_factory=lambda: deque(maxlen=HORIZON_WINDOWS))  # (ts, span, inside array)
+    lag_ms: dict[int, float] = field(default_factory=dict)
+    crank: list[int] | None = None
+    windows: int = 0
+    nodes: list[str] = field(default_factory=list)
     xfer_ms: float = 0.0
+    base_xfer: float = -1.0
     link_streak: int = 0
-    slowdown: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    wall: np.ndarray = field(default_factory=lambda: np.zeros(0))  # impact as reported (share of wall time)
-    scorers: dict = field(default_factory=dict)
-    lag_score: dict = field(default_factory=dict)
 
 
-def _new(ranks: list[int]) -> CommSlow:
-    n = len(ranks)
-    z = np.zeros(n)
-    return CommSlow(np.asarray(ranks), z.copy(), z.copy(), z.copy(), z.copy(), np.zeros(n, int), z.copy(), z.copy(),
-                    z.copy())
+def dominant(found: dict[int, dict], keep: set[int] = frozenset()) -> dict[int, dict]:
+    """Drop ranks whose excess is a small fraction of the largest one's: a large slowdown
+    perturbs its victims' schedules (a partial iteration in a window), and what they show is
+    its echo, not a fault of theirs. Ranks already open stay (hysteresis)."""
+    if len(found) < 2:
+        return found
+    top = max(ev["ratio"] for ev in found.values()) - 1.0
+    return {r: ev for r, ev in found.items() if r in keep or ev["ratio"] - 1.0 >= top * ECHO_SHARE}
+
+
+def _median(xs: list[float]) -> float:
+    return float(np.median(xs)) if xs else 0.0
 
 
 class SlowTracker:
-    def __init__(self, slow_impact: float, slow_windows: int):
+    def __init__(self, slow_impact: float, slow_windows: int, model: str = "river"):
         self.slow_impact = slow_impact
         self.slow_windows = slow_windows
-        self.comms: dict[str, CommSlow] = {}
-        self.p2p: dict[str, CommSlow] = {}
+        self.comms: dict[str, CommTiming] = {}
+        self.models: dict[int, RankModel] = {}
+        self.model_kind = model
+        self.noise = None  # the noise model raises thresholds: see rank_model.py (kept off: it cost recall)
+        self.stamp: dict[int, int] = {}  # rank -> end of its latest window ...
+        self.span: dict[int, float] = {}  # ... and that window's span
+        self.ratio: dict[int, float] = {}
+        self.compute: dict[int, float] = {}
+        self.stage_evals: dict[int, list[int]] = {}  # stage -> [evaluations imbalanced, evaluations]
+        self.stage_ratio: dict[int, float] = {}
+        self.evals = 0
 
-    def _comm(self, table: dict, rep: dict) -> CommSlow:
-        cs = table.get(rep["comm"])
-        if cs is None or len(cs.ranks) != len(rep["ranks"]):
-            cs = table[rep["comm"]] = _new(rep["ranks"])
-        cs.ranks = np.asarray(rep["ranks"])
-        return cs
+    # --- inputs -----------------------------------------------------------------------
+    def _timing(self, rep: dict, p2p: bool) -> CommTiming:
+        ct = self.comms.get(rep["comm"])
+        if ct is None or ct.ranks != rep["ranks"]:
+            ct = self.comms[rep["comm"]] = CommTiming(list(rep["ranks"]), p2p)
+        if ct.ts_ns:
+            gap = rep["ts_ns"] - ct.ts_ns
+            ct.interval_ns = gap if ct.interval_ns == 0 else ct.interval_ns + 0.2 * (gap - ct.interval_ns)
+        ct.ts_ns = rep["ts_ns"]
+        ct.windows += 1
+        ct.nodes = rep.get("nodes") or ct.nodes
+        return ct
 
-    def _excess(self, cs: CommSlow, rep: dict, learn_first: bool = False) -> np.ndarray:
-        """Impact and own waiting over the learned normal; returns the ranks hot now.
-
-        `learn_first`: the mean impact of the first `GRACE` windows is the normal (structural
-        waits, such as a pipeline's bubbles), and no rank is hot before."""
-        impact = np.asarray(rep["impact"], float)
-        own = np.asarray(rep["own"], float)
-        if learn_first and cs.windows < GRACE:  # the mean of the first windows is the normal
-            cs.base_impact += (impact - cs.base_impact) / (cs.windows + 1)
-        elif cs.windows == 0:
-            cs.base_impact[:] = np.minimum(impact, self.slow_impact / 2)
-        if cs.windows == 0:
-            cs.base_own[:] = np.minimum(own, np.median(own))
-        cs.impact_ex = impact - cs.base_impact
-        cs.own_ex = np.maximum(own - cs.base_own, OWN_DECAY * cs.own_ex)
-        hot = cs.impact_ex >= self.slow_impact
-        if learn_first and cs.windows < GRACE:
-            hot[:] = False
-        cs.hot_since = np.where(hot & (cs.streak == 0), float(rep["ts_ns"] - rep["span_ns"]), cs.hot_since)
-        cs.streak = np.where(hot, cs.streak + 1, 0)
-        normal_i = cs.impact_ex < self.slow_impact / 2
-        cs.base_impact[normal_i] += LEARN * (impact[normal_i] - cs.base_impact[normal_i])
-        normal_o = own - cs.base_own < self.slow_impact / 2
-        cs.base_own[normal_o] += LEARN * (own[normal_o] - cs.base_own[normal_o])
-        cs.windows += 1
-        cs.ts_ns, cs.span_ns = rep["ts_ns"], rep["span_ns"]
-        return hot
+    @staticmethod
+    def _horizon(ct: CommTiming, ts_ns: int, span_ns: float, inside: list[float]) -> None:
+        """Inside shares over the latest windows covering `HORIZON_NS`, weighted by span."""
+        ct.hist.append((ts_ns, float(span_ns), np.asarray(inside, float)))
+        ct.latest = dict(zip(ct.ranks, inside))
+        keep = max(HORIZON_NS, 2 * ct.interval_ns)
+        total = 0.0
+        acc = np.zeros(len(inside))
+        for t, span, vals in reversed(ct.hist):
+            acc += vals * span
+            total += span
+            if ts_ns - t + span >= keep:
+                break
+        ct.inside = dict(zip(ct.ranks, (acc / max(total, 1.0)).tolist()))
 
     def window(self, rep: dict) -> None:
-        cs = self._comm(self.comms, rep)
-        cs.slowdown = np.asarray(rep.get("slowdown", np.zeros(len(cs.ranks))), float)
-        cs.wall = np.asarray(rep["impact"], float)
-        # late by a share of the wall time (impact) or of its peers' compute time (slowdown)
-        hot = self._excess(cs, {**rep, "impact": np.maximum(np.asarray(rep["impact"], float), cs.slowdown)})
-        cs.lag_ms = np.asarray(rep["lag_ms"], float)
-        cs.last_share = np.asarray(rep["last_share"], float)
-        cs.instances = rep["instances"]
-        cs.nodes = rep.get("nodes", [])
-        self._score_lag(cs, hot)
+        ct = self._timing(rep, p2p=False)
+        if not rep.get("timed"):
+            ct.inside = None
+            ct.hist.clear()
+            return
+        ranks = rep["ranks"]
+        self._horizon(ct, rep["ts_ns"], rep["span_ns"], rep["inside"])
+        ct.lag_ms = dict(zip(ranks, rep["lag_ms"]))
         xfer = float(rep.get("xfer_ms", 0.0))
-        cs.xfer_ms = xfer
-        if cs.base_xfer < 0:
-            cs.base_xfer = xfer
-        elif xfer >= LINK_FACTOR * cs.base_xfer + LINK_MIN_MS and cs.windows > GRACE:
-            cs.link_streak += 1
+        ct.xfer_ms = xfer
+        if ct.base_xfer < 0:
+            ct.base_xfer = xfer
+        elif xfer >= LINK_FACTOR * ct.base_xfer + LINK_MIN_MS and ct.windows > LINK_GRACE:
+            ct.link_streak += 1
         else:
-            cs.link_streak = 0
-            cs.base_xfer += LEARN * (xfer - cs.base_xfer)
-
-    def _score_lag(self, cs: CommSlow, hot: np.ndarray) -> None:
-        """River scores the lag of ranks that look late; every rank's scorer learns its normal."""
-        cs.lag_score = {}
-        for i in np.flatnonzero(hot | (cs.last_share > 0.5)).tolist():
-            r = int(cs.ranks[i])
-            sc = cs.scorers.get(r)
-            if sc is not None:
-                cs.lag_score[r] = round(float(sc.score_one(None, float(cs.lag_ms[i]))), 3)
-        if cs.windows % 4 == 1 or hot.any():
-            for i in np.flatnonzero(~hot).tolist():
-                r = int(cs.ranks[i])
-                sc = cs.scorers.get(r)
-                if sc is None:
-                    from river import anomaly  # imported on first use: it pulls in scipy
-
-                    sc = cs.scorers[r] = anomaly.GaussianScorer(window_size=64, grace_period=GRACE)
-                sc.learn_one(None, float(cs.lag_ms[i]))
+            ct.link_streak = 0
+            ct.base_xfer += LEARN * (xfer - ct.base_xfer)
 
     def p2p_window(self, rep: dict) -> None:
-        """Waits in SEND/RECV pairs: `impact` is the waiting a rank caused, chained to the root."""
-        self._excess(self._comm(self.p2p, rep), rep, learn_first=True)
+        ct = self._timing(rep, p2p=True)
+        if rep.get("calls", 0) == 0:
+            if rep.get("untimed"):
+                ct.inside = None
+                ct.hist.clear()
+            return  # an idle pipeline comm: its last shares stand
+        self._horizon(ct, rep["ts_ns"], rep["span_ns"], rep["inside"])
+        ct.crank = rep.get("crank")
 
-    # ------------------------------------------------------------------------------
-    def culprits(self, now_ns: int, fresh_ns: int, keep: set[int] = frozenset()) -> dict[int, dict]:
-        """Ranks judged slow now, with their impact and evidence.
+    def forget_comm(self, comm: str) -> None:
+        self.comms.pop(comm, None)
 
-        Ranks in `keep` (already open) stay slow while their impact is at least half the
-        opening level (hysteresis, no flapping).
-        """
-        impact: dict[int, float] = {}
-        streak: dict[int, int] = {}
-        where: dict[int, list] = {}
-        own: dict[int, float] = {}
-        cost: dict[int, float] = {}
-        slower: dict[int, float] = {}
-        onset: dict[int, int] = {}
-        tables = [(comm, cs, False) for comm, cs in self.comms.items()]
-        tables += [(comm, cs, True) for comm, cs in self.p2p.items()]
-        for comm, cs, p2p in tables:
-            if now_ns - cs.ts_ns > fresh_ns:
+    # --- evaluation -------------------------------------------------------------------
+    def _fresh(self, ct: CommTiming, now_ns: int) -> bool:
+        return now_ns - ct.ts_ns <= max(5e9, FRESH_WINDOWS * ct.interval_ns)
+
+    def compute_shares(self, now_ns: int, in_use: dict[str, list[int]] | None = None,
+                       latest: bool = False) -> dict[int, float]:
+        """Each rank's share of wall time outside communication calls (ranks all of whose
+        comms in use, `in_use`: comm -> members, are timed and fresh), over the horizon, or
+        over each comm's latest window (`latest`)."""
+        inside: dict[int, float] = {}
+        unknown: set[int] = set()
+        for comm, members in (in_use or {}).items():
+            if comm not in self.comms:  # in use, but no window yet: its share is not known
+                unknown.update(members)
+        stamp = self.stamp
+        for ct in self.comms.values():
+            if ct.inside is None or not self._fresh(ct, now_ns):
+                unknown.update(ct.ranks)
                 continue
-            sel = cs.streak > 0
-            if keep:
-                sel = sel | np.isin(cs.ranks, list(keep))
-            for i in np.flatnonzero(sel).tolist():
-                r = int(cs.ranks[i])
-                if cs.impact_ex[i] > impact.get(r, 0.0):
-                    impact[r] = float(cs.impact_ex[i])
-                # what its peers lose (wall time), apart from how much slower it is than they are
-                cost[r] = max(cost.get(r, 0.0), float(cs.impact_ex[i] if p2p else min(cs.impact_ex[i], cs.wall[i])))
-                if not p2p:
-                    slower[r] = max(slower.get(r, 0.0), float(cs.slowdown[i]))
-                s = int(cs.streak[i])
-                strong = (not p2p and s > 0 and cs.instances >= FAST_INSTANCES
-                          and min(cs.slowdown[i], cs.impact_ex[i]) >= FAST_FACTOR * self.slow_impact)
-                if strong:
-                    s = max(s, self.slow_windows)  # late by much in most instances: no pause does that
-                elif cs.ts_ns - cs.hot_since[i] < (P2P_MIN_NS if p2p else SLOW_MIN_NS):
-                    s = 0  # too short yet: a GC pause may straddle two windows, a pipeline's phase shift a few
-                streak[r] = max(streak.get(r, 0), s)
-                if cs.streak[i] > 0:  # lateness began with the window that first showed it
-                    onset[r] = min(onset.get(r, cs.ts_ns), int(cs.hot_since[i]))
-                ev = {"comm": comm, "impact": round(float(cs.impact_ex[i]), 4)}
-                if p2p:  # the waiting it caused in SEND/RECV pairs, chained through the pipeline
-                    ev["p2p"] = True
-                else:
-                    ev.update(lag_ms=float(cs.lag_ms[i]), last_share=float(cs.last_share[i]),
-                              slowdown=round(float(cs.slowdown[i]), 4), lag_score=cs.lag_score.get(r))
-                where.setdefault(r, []).append(ev)
-        if not impact:
-            return {}
-        suspects = {r for r, s in streak.items() if s >= self.slow_windows and impact[r] >= self.slow_impact}
-        suspects |= {r for r in keep if impact.get(r, 0.0) >= self.slow_impact / 2}
-        if not suspects:
-            return {}
-        waits_on_late: set[int] = set()
-        coll_impact: dict[int, float] = {}
-        half = self.slow_impact / 2
-        for _, cs, p2p in tables:
-            if now_ns - cs.ts_ns > fresh_ns:
+            for r, v in (ct.latest if latest else ct.inside).items():
+                inside[r] = inside.get(r, 0.0) + v
+                if ct.ts_ns > stamp.get(r, 0):
+                    stamp[r] = ct.ts_ns
+                    self.span[r] = ct.hist[-1][1] if ct.hist else 0.0
+        return {r: max(MIN_COMPUTE, 1.0 - v) for r, v in inside.items() if r not in unknown}
+
+    def peer_groups(self, coords: dict[int, dict], world: int) -> dict[int, list[int]]:
+        """Ranks doing the same work as each rank (itself included)."""
+        groups: dict[int, list[int]] = {}
+        if coords:
+            by_stage: dict[int, list[int]] = {}
+            for r, c in coords.items():
+                by_stage.setdefault(int(c.get("pp", 0)), []).append(r)
+            for members in by_stage.values():
+                for r in members:
+                    groups[r] = members
+        sets: dict[int, set[int]] = {}
+        sizes = [len(ct.ranks) for ct in self.comms.values() if not ct.p2p]
+        big = max(sizes, default=0)
+        for ct in self.comms.values():
+            if ct.p2p or len(ct.ranks) < 2 or (len(ct.ranks) >= world > 0 and len(ct.ranks) == big and len(sizes) > 1):
                 continue
-            top2 = np.sort(cs.impact_ex)[-2:]
-            for i in np.flatnonzero(np.isin(cs.ranks, list(suspects))).tolist():
-                r = int(cs.ranks[i])
-                own[r] = max(own.get(r, 0.0), float(cs.own_ex[i]))
-                if not p2p:
-                    coll_impact[r] = max(coll_impact.get(r, -1.0), float(cs.impact_ex[i]))
-                latest_other = top2[0] if len(top2) > 1 and cs.impact_ex[i] >= top2[-1] else top2[-1]
-                if cs.own_ex[i] >= half and latest_other >= max(self.slow_impact, 2 * cs.impact_ex[i]):
-                    waits_on_late.add(r)  # in this group it waits on a peer far later than itself
+            for r in ct.ranks:
+                if r not in groups:
+                    sets.setdefault(r, set()).update(ct.ranks)
+        for r, s in sets.items():
+            groups[r] = sorted(s)
+        return groups
+
+    def evaluate(self, now_ns: int, coords: dict[int, dict], world: int, open_ranks: set[int],
+                 in_use: dict[str, list[int]] | None = None) -> dict[int, dict]:
+        """Slow ranks now: rank -> evidence (`ratio`, `compute_share`, `impact`, `onset_ns`, `comms`)."""
+        self.evals += 1
+        compute = self.compute_shares(now_ns, in_use)
+        self.compute = compute
+        groups = self.peer_groups(coords, world)
+        ratios, refs = self._ratios(compute, groups)
+        short, _ = self._ratios(self.compute_shares(now_ns, in_use, latest=True), groups)
+        self.ratio = ratios
         out = {}
-        for r in sorted(suspects):
-            if r not in keep:
-                if own.get(r, 0.0) >= 0.5 * impact[r] or r in waits_on_late:
-                    continue  # it waits on someone else: a victim
-                if coll_impact.get(r, half) < half:
-                    continue  # late in its pipeline only, on time in its collectives: not slow itself
-            out[r] = {"impact": round(cost[r], 4), "slowdown": round(slower.get(r, 0.0), 4),
-                      "own_wait": round(own.get(r, 0.0), 4), "comms": where[r]}
-            if r in onset:
-                out[r]["onset_ns"] = onset[r]
-        # suspects of one pipeline: the bottleneck stage is the one that waits least in P2P
-        for cs in self.p2p.values():
-            both = [i for i in np.flatnonzero(np.isin(cs.ranks, list(out))).tolist() if int(cs.ranks[i]) not in keep]
-            if len(both) > 1 and now_ns - cs.ts_ns <= fresh_ns:
-                best = min(both, key=lambda i: (cs.own_ex[i], int(cs.ranks[i])))
-                for i in both:
-                    if i != best:
-                        out.pop(int(cs.ranks[i]), None)
+        for r, ratio in ratios.items():
+            m = self.models.get(r)
+            if m is None:
+                m = self.models[r] = RankModel(self.model_kind, self.slow_impact, self.slow_windows, self.noise)
+            stamp = self.stamp.get(r, now_ns)
+            verdict = m.update(ratio, stamp, now_ns, held=r in open_ranks, short=short.get(r, ratio),
+                               start=stamp - int(self.span.get(r, 0)))
+            if verdict is None:
+                continue
+            comms = [{"comm": c, "inside": round(ct.inside.get(r, 0.0), 4), "lag_ms": ct.lag_ms.get(r)}
+                     for c, ct in sorted(self.comms.items()) if ct.inside and r in ct.inside]
+            out[r] = {"ratio": round(ratio, 3), "slowdown": round(ratio - 1.0, 3), "compute_share": round(compute[r], 4),
+                      "peers_compute_share": round(refs[r], 4), "impact": round(min(1.0, (ratio - 1.0) * refs[r]), 4),
+                      "onset_ns": int(verdict), "comms": comms[:16], "signal": "collectives"}
+        for r in list(self.models):
+            if r not in ratios and r not in open_ranks:
+                self.models[r].idle()
+        return dominant(out, open_ranks)
+
+    @staticmethod
+    def _ratios(compute: dict[int, float], groups: dict[int, list[int]]) -> tuple[dict[int, float], dict[int, float]]:
+        ratios: dict[int, float] = {}
+        refs: dict[int, float] = {}
+        for r, share in compute.items():
+            peers = [compute[q] for q in groups.get(r, ()) if q != r and q in compute]
+            if not peers:
+                continue
+            ref = _median(peers)
+            if ref > 0:
+                ratios[r] = share / ref
+                refs[r] = ref
+        return ratios, refs
+
+    def stages(self, coords: dict[int, dict]) -> dict[int, list[int]]:
+        """Pipeline stages: from coordinates, else from the comm ranks of the P2P comms."""
+        out: dict[int, list[int]] = {}
+        if coords:
+            for r, c in coords.items():
+                out.setdefault(int(c.get("pp", 0)), []).append(r)
+            return out
+        for ct in self.comms.values():
+            if ct.p2p and ct.crank:
+                for r, cr in zip(ct.ranks, ct.crank):
+                    if cr >= 0:
+                        out.setdefault(cr, []).append(r)
         return out
 
-    def slow_links(self, now_ns: int, fresh_ns: int, slow_ranks: set[int]) -> list[dict]:
-        """Multi-node comms whose transfer time rose while none of their ranks is late."""
+    def advisories(self, coords: dict[int, dict]) -> list[dict]:
+        """Stages that compute `IMBALANCE` more than the other stages, from the start on."""
+        stages = self.stages(coords)
+        med = {s: _median([self.compute[r] for r in rs if r in self.compute]) for s, rs in stages.items()}
+        med = {s: v for s, v in med.items() if v > 0}
+        out = []
+        if len(med) < 2:
+            return out
+        for s, v in med.items():
+            others = _median([w for t, w in med.items() if t != s])
+            ratio = v / others if others > 0 else 0.0
+            count = self.stage_evals.setdefault(s, [0, 0])
+            count[1] += 1
+            if ratio >= 1 + IMBALANCE:
+                count[0] += 1
+            self.stage_ratio[s] = ratio
+            # structural: imbalanced in most of its first evaluations (a later change is a fault)
+            if count[0] >= IMBALANCE_EVALS and count[0] * 4 >= count[1] * 3 and ratio >= 1 + IMBALANCE / 2:
+                out.append({"stage": s, "ranks": sorted(stages[s]), "ratio": round(ratio, 3)})
+        return out
+
+    def slow_links(self, now_ns: int, slow_ranks: set[int]) -> list[dict]:
         hot = []
-        for comm, cs in self.comms.items():
-            if now_ns - cs.ts_ns > fresh_ns or len(cs.nodes) < 2 or cs.link_streak < self.slow_windows:
+        for comm, ct in self.comms.items():
+            if ct.p2p or not self._fresh(ct, now_ns) or len(ct.nodes) < 2 or ct.link_streak < self.slow_windows:
                 continue
-            if slow_ranks.intersection(cs.ranks.tolist()) or (cs.impact_ex >= self.slow_impact).any():
+            if slow_ranks.intersection(ct.ranks) or any(self.ratio.get(r, 1.0) >= 1 + self.slow_impact
+                                                        for r in ct.ranks):
                 continue
-            hot.append({"comm": comm, "nodes": list(cs.nodes), "xfer_ms": cs.xfer_ms,
-                        "normal_xfer_ms": round(cs.base_xfer, 3)})
+            hot.append({"comm": comm, "nodes": list(ct.nodes), "xfer_ms": ct.xfer_ms,
+                        "normal_xfer_ms": round(ct.base_xfer, 3)})
         return hot
+
+    def lateness(self) -> dict[int, float]:
+        """Each rank's largest mean arrival lag (ms) in its comms' latest windows."""
+        out: dict[int, float] = {}
+        for ct in self.comms.values():
+            for r, v in ct.lag_ms.items():
+                if v is not None and v > out.get(r, -1e18):
+                    out[r] = v
+        return out

@@ -1,17 +1,24 @@
-"""Window features of one communicator: per-rank arrival lag, clock-corrected (stage 1).
+"""Window features of one communicator (stage 1), from timed records only.
 
-Collectives complete at nearly the same instant on every member, so each rank's clock
-offset is the median, over the window, of its completion time minus the instance's
-median completion time; it is blended into a running estimate (robust to single bad
-instances, following slow drift). Entry times corrected by the offsets give each rank's
-arrival lag against its peers, free of clock skew.
+A collective window is a run of instances completed by every member. Where every
+member's times are real (GPU_TIMED or host-blocking; `CommState.ok`), the window gives:
 
-Per rank and window: `lag_ms` (mean lag against the instance median), `last_share`
-(share of instances it arrived last), `impact` (time all peers waited on it alone, i.e.
-last arrival minus second-last, summed, over the window's span: the share of wall time it
-cost), `own` (time it waited on others, over the span: high for victims) and `slowdown`
-(median over instances of its lateness over the time its peers took since the previous
-instance: 0.6 for a rank computing 1.6x slower, however idle the comm is otherwise).
+- clock offsets: collectives complete at nearly the same instant on every member, so a
+  member's offset is the median over the window of its completion minus the instance's
+  median completion, blended into a running estimate (robust, follows slow drift);
+- `lag_ms`: mean clock-corrected arrival lag against the instance's median arrival (the
+  heatmap's lateness), `last_share`: share of instances a member arrived last;
+- `inside`: the share of the window's wall time each member spent inside this comm's calls
+  (durations on its own clock: free of skew). Stage 2 adds a rank's shares over its comms:
+  what is left is the time it computed (`slow.py`);
+- `xfer_ms`: median time from the last arrival to completion (slow links).
+
+A P2P window (send/recv only) covers event time instead: per member the share of the
+window spent inside timed recv calls (waiting for data; a send is posted and overlaps the
+sender's compute, so it is not counted).
+
+Host-enqueue records give no timing: a window without timed instances says so
+(`timed` 0) and carries no `inside`.
 """
 
 from __future__ import annotations
@@ -21,8 +28,6 @@ import numpy as np
 from commwatch.streams.detect.comm_state import CommState
 
 OFFSET_BLEND = 0.3
-MIN_INTERVAL_NS = 100_000.0  # shorter gaps between instances are not compute: no ratio
-SLOWDOWN_MIN_INSTANCES = 4
 
 
 def _median(a: np.ndarray, axis: int) -> np.ndarray:
@@ -42,16 +47,22 @@ def _r(a: np.ndarray, nd: int = 4) -> list[float]:
 def window_report(state: CommState, a: int, b: int, now_ns: int) -> dict | None:
     """The report of instances [a, b) of `state`; None when there is nothing to compare."""
     n = state.n
-    rows = np.arange(a, b) % state.slots
-    ready = (state.st[rows] > 0).all(axis=1) & (state.en[rows] > 0).all(axis=1)
+    rows = np.arange(a, b) % state.rows
+    ready = (state.tag[rows] == np.arange(a, b)) & (state.en[rows] != 0).all(axis=1)
     rows = rows[ready]
     k = len(rows)
     if n < 2 or k == 0:
         return None
+    timed = state.ok[rows].all(axis=1)
+    kt = int(timed.sum())
+    rep = {"type": "window", "job": state.job, "ts_ns": int(now_ns), "comm": state.hex, "seq": [int(a), int(b)],
+           "instances": int(k), "timed": kt, "ranks": state.rank_of.tolist(), "nodes": state.nodes()}
+    if kt == 0:
+        return rep
+    rows = rows[timed]
     start = state.st[rows].astype(np.float64)
     end = state.en[rows].astype(np.float64)
-    dev = end - _median(end, 1)[:, None]
-    w_off = _median(dev, 0)
+    w_off = _median(end - _median(end, 1)[:, None], 0)
     if state.offset_windows == 0:
         state.offsets[:] = w_off
     else:
@@ -60,76 +71,60 @@ def window_report(state: CommState, a: int, b: int, now_ns: int) -> dict | None:
     cs = start - state.offsets
     ce = end - state.offsets
     lag = cs - _median(cs, 1)[:, None]
-    part = np.partition(cs, n - 2, axis=1)
-    smax, second = part[:, -1], part[:, -2]
     last = np.argmax(cs, axis=1)
-    lastwait = smax - second
-    wait = smax[:, None] - cs
-    anchor_end = float(cs[-1].min())
+    done = _median(ce, 1)
+    anchor_end = float(done[-1])
     anchor_start = state.prev_win_anchor if state.prev_win_anchor > 0 else float(cs[0].min())
+    state.prev_win_anchor = anchor_end
     span = anchor_end - anchor_start
     if span <= 0:
         span = float(ce.max() - cs.min())
-    span = max(span, 1.0)
-    state.prev_win_anchor = anchor_end
-    done = _median(ce, 1)
-    xfer = done - smax
-    slowdown = _slowdown(done, second, lastwait, last, n)
-    return {
-        "type": "window",
-        "job": state.job,
-        "ts_ns": int(now_ns),
-        "comm": state.hex,
-        "seq": [int(a), int(b)],
-        "instances": int(k),
+    span = max(span, 1.0) * kt / k  # mixed windows: the timed instances' share of the span
+    inside = (end - start).sum(axis=0) / span
+    rep.update({
         "span_ns": int(span),
-        "ranks": state.rank_of.tolist(),
         "lag_ms": _r(lag.mean(axis=0) / 1e6, 3),
-        "last_share": _r(np.bincount(last, minlength=n) / k, 3),
-        "impact": _r(np.bincount(last, weights=lastwait, minlength=n) / span),
-        "own": _r(wait.sum(axis=0) / span),
-        "slowdown": _r(slowdown),
-        "xfer_ms": round(float(_median(xfer, 0)) / 1e6, 3),
+        "last_share": _r(np.bincount(last, minlength=n) / kt, 3),
+        "inside": _r(np.minimum(inside, 1.0)),
+        "offset_ms": _r(state.offsets / 1e6, 3),
+        "xfer_ms": round(float(_median(done - cs.max(axis=1), 0)) / 1e6, 3),
         "bytes": float(_median(state.bytes[rows], 0)),
-        "nodes": state.nodes(),
-    }
+    })
+    return rep
 
 
-def _slowdown(done: np.ndarray, second: np.ndarray, lastwait: np.ndarray, last: np.ndarray, n: int) -> np.ndarray:
-    """Per rank, the median over instances of how much longer it took than its peers to get
-    from the previous instance's completion to this one: its lateness over the peers' time
-    (0 where it was not last). Bubbles and idle time do not dilute it, and one pause (a GC
-    blip) moves one instance, not the median."""
-    k = len(done)
-    if k <= SLOWDOWN_MIN_INSTANCES:  # too few instances for a median to ignore one pause
-        return np.zeros(n)
-    interval = np.maximum(second[1:] - done[:-1], MIN_INTERVAL_NS)
-    per = np.zeros((k - 1, n))
-    per[np.arange(k - 1), last[1:]] = lastwait[1:] / interval
-    return _median(per, 0)
-
-
-def p2p_report(state: CommState, now_ns: int) -> dict | None:
-    """Who waited on whom in SEND/RECV pairs since the last report (`p2p_waits.py`).
-
-    Per rank: `impact` (the waiting it caused its peers, chained to the root, over the
-    span and the number of peers: the share of an average peer's time lost on it) and
-    `own` (the time it waited on others, over the span).
-    """
-    span = now_ns - state.p2p_win_start
-    if state.p2p_win_start == 0 or span <= 0:
-        state.p2p_win_start = now_ns
-        state.p2p_waits.close(state.n)
-        return None
-    blame, own = state.p2p_waits.close(state.n)
-    state.p2p_win_start = now_ns
-    return {
-        "type": "p2p_window",
-        "job": state.job,
-        "ts_ns": int(now_ns),
-        "comm": state.hex,
-        "span_ns": int(span),
-        "ranks": state.rank_of.tolist(),
-        "impact": _r(blame / span / max(1, state.n - 1)),
-        "own": _r(own / span),
-    }
+def p2p_reports(state: CommState, now_ns: int, width_ns: int, lag_ns: int) -> list[dict]:
+    """The P2P windows `[a, a + width_ns)` (aligned to multiples of `width_ns`) that ended
+    at least `lag_ns` ago: per member the share of the window spent inside timed recvs,
+    each recv clipped to the window (a recv that waited across a window's edge counts in
+    each window for its part; waiting `lag_ns` before reporting lets most of them complete)."""
+    out: list[dict] = []
+    if not state.p2p_iv and not state.p2p_untimed:
+        return out
+    if state.p2p_win_start == 0:
+        first = min(int(t0.min()) for _, t0, _ in state.p2p_iv) if state.p2p_iv else now_ns
+        state.p2p_win_start = first // width_ns * width_ns
+    if now_ns - state.p2p_win_start > 8 * width_ns + lag_ns:  # far behind (idle, or a jump): skip ahead
+        state.p2p_win_start = (now_ns - lag_ns) // width_ns * width_ns - width_ns
+    if state.p2p_iv:
+        slot, t0, t1 = (np.concatenate([iv[k] for iv in state.p2p_iv]) for k in range(3))
+    else:
+        slot = t0 = t1 = np.zeros(0, np.int64)
+    while state.p2p_win_start + width_ns + lag_ns <= now_ns:
+        a = state.p2p_win_start
+        b = a + width_ns
+        over = np.clip(np.minimum(t1, b) - np.maximum(t0, a), 0, None).astype(np.float64)
+        inside = np.bincount(slot, weights=over, minlength=state.n)[: state.n]
+        calls = int(np.count_nonzero(over))
+        rep = {"type": "p2p_window", "job": state.job, "ts_ns": int(b), "comm": state.hex, "span_ns": int(width_ns),
+               "ranks": state.rank_of.tolist(), "calls": calls, "untimed": int(state.p2p_untimed)}
+        if calls:
+            rep["inside"] = _r(np.minimum(inside / width_ns, 1.0))
+            rep["crank"] = state.crank.tolist()
+        out.append(rep)
+        state.p2p_untimed = 0
+        state.p2p_win_start = b
+    keep = t1 > state.p2p_win_start
+    state.p2p_iv = [(slot[keep], t0[keep], t1[keep])] if keep.any() else []
+    state.p2p_iv_n = int(keep.sum())
+    return out

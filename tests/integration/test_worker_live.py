@@ -138,6 +138,13 @@ def test_hang_alert_names_the_culprit(live):
     assert inc["culprit_ranks"] == [5], inc
     assert proc.poll() is None
     assert re.search(r"first message processed [\d.]+ s after", log.read_text())
+    # the job's health snapshot names the hang's root while it is open
+    snap_msg, _ = wait_for(s, topics.HEALTH, lambda m: json.loads(m.value())["job"] == "jhang"
+                           and json.loads(m.value())["state"] == "hang")
+    snap = json.loads(snap_msg.value())
+    assert snap["wait_chain"]["roots"] == [5], snap["wait_chain"]
+    assert [i["culprit_ranks"] for i in snap["incidents"] if i["kind"] == "hang"] == [[5]]
+    assert snap["ranks"] == 8 and snap["comms"]
 
 
 def test_garbage_is_dead_lettered_and_the_stream_goes_on(live):

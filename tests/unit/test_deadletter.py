@@ -9,7 +9,7 @@ from commwatch import topics
 from commwatch.capture import Message
 from commwatch.metrics import StreamMetrics
 from commwatch.producers.simulate import JobSpec, simulate
-from commwatch.streams.app import REPORTS, EventClock, Pipeline, to_message
+from commwatch.streams.app import REPORTS, Pipeline, to_message
 from commwatch.streams.deadletter import error_headers, parse_error
 from commwatch.wire import WireError
 
@@ -54,11 +54,21 @@ def test_bad_messages_raise_and_good_ones_still_flow(pipeline):
     assert pipeline.jobs == {"j"}
 
 
-def test_event_clock_advances_with_the_wall_clock_after_the_last_event():
-    wall = [100.0]
-    clock = EventClock(monotonic=lambda: wall[0])
-    assert clock.now() == 0
-    clock.observe(5_000_000_000)
-    clock.observe(4_000_000_000)  # older event: no change
-    wall[0] += 2.5
-    assert clock.now() == 7_500_000_000
+def test_each_job_runs_on_its_own_clock_and_a_lagging_job_is_held(settings):
+    """Per-job event time in the worker: a job whose clocks run 60 s fast never moves
+    another job's now; a job whose partition is behind does not age with the wall clock."""
+    wall = [1_000 * 10**9]
+    p = Pipeline(settings, StreamMetrics(), wall_ns=lambda: wall[0])
+    fast = [m for m in simulate(JobSpec(job="fast", tp=2, duration_s=1, start_ns=wall[0] + 60 * 10**9)).messages()
+            if m.topic == topics.PROGRESS][0]
+    slow = [m for m in simulate(JobSpec(job="slow", tp=2, duration_s=1, start_ns=wall[0])).messages()
+            if m.topic == topics.PROGRESS][0]
+    p.comm_message(topics.PROGRESS, fast, tp="part-0")
+    p.comm_message(topics.PROGRESS, slow, tp="part-1")
+    wall[0] += 2 * 10**9
+    clocks = p.detector.comm_clocks
+    assert clocks.now("slow", wall[0]) == slow.ts_ns + 2 * 10**9
+    assert clocks.now("fast", wall[0]) == fast.ts_ns + 2 * 10**9
+    p.lagging = {"part-1"}
+    assert p.extrapolate("fast") and not p.extrapolate("slow")
+    assert clocks.now("slow", wall[0], p.extrapolate("slow")) == slow.ts_ns

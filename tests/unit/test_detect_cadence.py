@@ -17,9 +17,9 @@ def test_buffered_calls_wait_for_a_due_tick_but_never_long(settings):
     stage = CommStage(settings)
     kept, types = 0, set()
     for msg in simulate(spec, []).messages():
-        reports = stage.feed(msg, decode_message(msg), msg.ts_ns) + stage.tick(msg.ts_ns)
+        reports = stage.feed(msg, decode_message(msg), msg.ts_ns) + stage.tick(lambda job, t=msg.ts_ns: t)
         types.update(r["type"] for r in reports)
-        if stage.last_tick == msg.ts_ns:  # a tick ran
+        if stage._job_tick.get("cad") == msg.ts_ns:  # a tick ran
             for st in stage.comms.values():
                 assert not st.pending or msg.ts_ns - st.pending_since < TICK_FLUSH_AGE_NS
                 kept += bool(st.pending)
@@ -38,13 +38,15 @@ def test_a_hang_is_still_seen_in_time(settings):
     assert (hangs[0]["ts_ns"] - spec.start_ns) / 1e9 - 4 <= settings.hang_floor_s + 2
 
 
-def test_detector_tick_between_due_times_does_nothing(settings):
-    det = Detector(settings)
-    assert det.tick(10**18) == []
-    ran = det.comm_stage.last_tick
-    assert det.tick(10**18 + 100_000_000) == [] and det.comm_stage.last_tick == ran
-    det.tick(10**18 + 600_000_000)
-    assert det.comm_stage.last_tick == 10**18 + 600_000_000
+def test_a_jobs_tick_between_due_times_does_nothing(settings):
+    spec = JobSpec(job="cad", tp=2, duration_s=1, seed=5)
+    msg = next(m for m in simulate(spec, []).messages() if m.topic == "cw.progress.v1")
+    stage = CommStage(settings)
+    stage.feed(msg, decode_message(msg), msg.ts_ns)
+    assert stage.tick(lambda job: msg.ts_ns) and stage._job_tick["cad"] == msg.ts_ns
+    assert stage.tick(lambda job: msg.ts_ns + 100_000_000) == [] and stage._job_tick["cad"] == msg.ts_ns
+    stage.tick(lambda job: msg.ts_ns + 600_000_000)
+    assert stage._job_tick["cad"] == msg.ts_ns + 600_000_000
 
 
 def test_cheap_median_and_quantile_are_numpys():

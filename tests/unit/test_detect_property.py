@@ -142,7 +142,7 @@ def state_size(det: Detector) -> tuple[int, int]:
     """(largest per-comm member array, largest per-comm dict) over the detector's comms."""
     comms = det.comm_stage.comms.values()
     arrays = max((c.st.size + c.en.size + c.tag.size for c in comms), default=0)
-    dicts = max((len(c.p2p) + len(c.node_of) + len(c.g2c) for c in comms), default=0)
+    dicts = max((len(c.p2p) + len(c.node_of) for c in comms), default=0)
     return arrays, dicts
 
 

@@ -29,7 +29,7 @@ def test_slow_rank_is_the_culprit_not_its_victims_despite_clock_skew(settings):
     assert inc["culprit_nodes"] == ["n0"] and inc["incident"].startswith("j1-slow_rank-1-")
     assert inc["evidence"]["impact"] >= 0.2
     assert t_fault - 2 * S <= inc["evidence"]["onset_ns"] <= inc["opened_ns"]
-    assert (inc["opened_ns"] - t_fault) / S <= 5  # within 5 iterations of 1 s
+    assert (inc["opened_ns"] - t_fault) / (1.3 * S) <= 5  # within 5 iterations (1.3 s once it is slow)
     assert all(i["kind"] == "slow_rank" for i in j.incidents)
     rows = j.det.window_stats()
     late = [r for r in rows if r["comm"] == f"{TP:016x}" and r["window_end_ns"] > inc["opened_ns"] - 3 * S]

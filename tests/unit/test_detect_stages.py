@@ -24,7 +24,7 @@ def test_two_stages_apart_give_the_same_hang_as_the_detector(settings):
     incidents, types = [], set()
     for msg in j.sent:
         decoded = decode_message(msg)
-        reports = stage1.feed(msg, decoded, msg.ts_ns) + stage1.tick(msg.ts_ns)
+        reports = stage1.feed(msg, decoded, msg.ts_ns) + stage1.tick(lambda job: msg.ts_ns)
         if isinstance(decoded, dict) and msg.topic != "cw.progress.v1":
             incidents += stage2.feed(msg, decoded, msg.ts_ns)
         for rep in reports:
@@ -32,7 +32,7 @@ def test_two_stages_apart_give_the_same_hang_as_the_detector(settings):
             assert {"type", "job", "ts_ns"} <= set(rep)
             types.add(rep["type"])
             incidents += stage2.feed_report(rep, msg.ts_ns)
-        incidents += stage2.tick(msg.ts_ns)
+        incidents += stage2.tick(lambda job: msg.ts_ns)
     assert {"wait", "window", "comm", "node"} <= types
     assert [(i["kind"], i["culprit_ranks"]) for i in incidents] == [("hang", [1])]
     assert incidents[0]["incident"] == j.opened()[0]["incident"]

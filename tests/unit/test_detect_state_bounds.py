@@ -22,7 +22,7 @@ def _run(det: Detector, spec: JobSpec) -> int:
 
 
 def _footprints(det: Detector, job: str) -> dict:
-    return {st.hex: (st.slots, len(st.tag), st.footprint())
+    return {st.hex: (st.rows, len(st.tag), st.footprint())
             for (j, _), st in det.comm_stage.comms.items() if j == job}
 
 
@@ -37,7 +37,7 @@ def test_long_run_ends_with_the_same_footprint_as_a_short_one():
         # rings identical; the rest within what a run's last batches leave in flight
         assert fp_long[comm][:2] == (slots, tags) and abs(fp_long[comm][2] - size) <= size // 100
     # the long run cycled the instance rings many times over
-    assert max(st.max_seq / st.slots for st in long.comm_stage.comms.values()) > 4
+    assert max(st.max_seq / st.rows for st in long.comm_stage.comms.values()) > 4
 
 
 def test_state_of_an_idle_job_is_dropped_and_live_jobs_keep_theirs():

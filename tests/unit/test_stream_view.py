@@ -61,7 +61,7 @@ def test_window_reports_become_rows_the_sink_accepts(settings):
             reports += stage.feed(m, decode_message(m), m.ts_ns)
         if m.ts_ns - ticked >= 500_000_000:
             ticked = m.ts_ns
-            reports += stage.tick(m.ts_ns)
+            reports += stage.tick(lambda job, t=m.ts_ns: t)
     windows = [r for r in reports if r["type"] == "window"]
     assert windows, sorted({r["type"] for r in reports})
     rows = window_rows(windows[0])

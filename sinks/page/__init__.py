@@ -1,0 +1,1 @@
+"""The live page: a job's health in a browser, served by `commwatch page` (see server.py)."""

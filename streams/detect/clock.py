@@ -1,0 +1,77 @@
+"""Per-job event time: each job's "now" comes from its own messages.
+
+Clocks of different jobs (and of a job's nodes) disagree; detectors that act on elapsed
+time must never compare one job's event times with another's. `JobClocks` keeps, per job,
+the newest event time seen (`stamp`) and the reference time at which it was seen (`ref`:
+the worker's wall clock live, the capture's clock in replay). A job's now is its newest
+stamp plus the reference time elapsed since, so a job that goes silent still ages, and a
+job whose clock runs 60 s fast is judged on its own clock only.
+
+Bounded against the reference: a single stamp that jumps more than `MAX_JUMP_NS` ahead of
+the job's now is held back until `JUMP_CONFIRM` consecutive messages agree (a node whose
+clock was set forward), so one absurd timestamp cannot age a job's waits by hours.
+While the worker is behind on a job's input (`extrapolate=False`), its now is its newest
+stamp: catching up on old data, the data carries time.
+
+>>> c = JobClocks()
+>>> c.observe("a", 100, ref=10)
+>>> c.observe("b", 5_000, ref=10)     # another job, its clock far ahead
+>>> c.now("a", ref=15), c.now("b", ref=15)
+(105, 5005)
+>>> c.observe("a", 10**15, ref=16)    # one absurd stamp: held back
+>>> c.now("a", ref=16)
+106
+"""
+
+from __future__ import annotations
+
+MAX_JUMP_NS = 120_000_000_000
+JUMP_CONFIRM = 3
+
+
+class _Clock:
+    __slots__ = ("stamp", "ref", "jump", "jumps")
+
+    def __init__(self, stamp: int, ref: int):
+        self.stamp = stamp
+        self.ref = ref
+        self.jump = 0
+        self.jumps = 0
+
+
+class JobClocks:
+    def __init__(self) -> None:
+        self._c: dict[str, _Clock] = {}
+        self.held_back = 0  # stamps refused as jumps (counted for the metrics)
+
+    def observe(self, job: str, stamp: int, ref: int) -> None:
+        c = self._c.get(job)
+        if c is None:
+            self._c[job] = _Clock(stamp, ref)
+            return
+        now = c.stamp + max(0, ref - c.ref)
+        if stamp <= c.stamp:
+            return
+        if stamp - now > MAX_JUMP_NS:
+            c.jumps = c.jumps + 1 if c.jump and abs(stamp - c.jump) <= MAX_JUMP_NS else 1
+            c.jump = stamp
+            if c.jumps < JUMP_CONFIRM:
+                self.held_back += 1
+                return
+        c.jump = c.jumps = 0
+        c.stamp, c.ref = stamp, ref
+
+    def now(self, job: str, ref: int, extrapolate: bool = True) -> int:
+        c = self._c.get(job)
+        if c is None:
+            return 0
+        return c.stamp + (max(0, ref - c.ref) if extrapolate else 0)
+
+    def forget(self, job: str) -> None:
+        self._c.pop(job, None)
+
+    def __contains__(self, job: str) -> bool:
+        return job in self._c
+
+    def jobs(self) -> list[str]:
+        return list(self._c)

@@ -1,0 +1,121 @@
+"""Whether one rank's compute ratio (its compute share over its peers', `slow.py`) is a
+slowdown, and since when: two interchangeable models, chosen by the `slow_model` setting.
+
+- `numpy`: fixed rules. Hot when the ratio is >= 1 + `slow_impact` both over the horizon
+  and in each new window; a slow rank once hot over max(`slow_windows`, `MIN_STREAK`) new
+  windows in a row and `SLOW_MIN_NS` of event time (a GC pause lasts one or two windows),
+  or at once when >= `FAST_RATIO` in two new windows in a row.
+- `river`: the same evidence, decided by online models: a Page-Hinkley drift detector
+  (`river.drift.PageHinkley`, upward) per rank learns the rank's normal ratio and flags
+  the onset of a rise as soon as it is significant (no fixed count of windows), and the
+  job-wide noise of healthy ratios (`river.stats.EWVar`) raises the threshold in noisy jobs
+  (1 + max(`slow_impact`, `NOISE_SIGMAS` sigma)). A rank slow from its first windows has
+  no onset to detect: the sustained rule of the `numpy` model applies to it as well.
+
+`update(ratio, stamp, now, held)` returns the onset time while the rank is judged slow
+(`held`: an incident is open, hysteresis at half the threshold), else None. Scores are
+higher-is-worse; the river models warm up over `PH_MIN` windows.
+
+>>> m = RankModel("numpy", 0.1, 2)
+>>> [m.update(1.3, s * 10**9, s * 10**9) for s in range(1, 6)]
+[None, None, None, 1000000000, 1000000000]
+>>> m = RankModel("numpy", 0.1, 2)   # a pause: hot in one window, the horizon remembers it
+>>> [m.update(1.3, s * 10**9, s * 10**9, short=1.6 if s == 1 else 1.0) for s in range(1, 6)]
+[None, None, None, None, None]
+"""
+
+from __future__ import annotations
+
+SLOW_MIN_NS = 3_000_000_000
+MIN_STREAK = 2  # new windows in a row, each slow on its own
+FAST_RATIO = 1.5
+NOISE_SIGMAS = 3.0
+PH_MIN = 4
+
+
+class NoiseModel:
+    """Job-wide spread of healthy compute ratios (river `EWVar`), shared by a job's ranks."""
+
+    def __init__(self) -> None:
+        from river import stats  # imported on first use: river pulls in scipy
+
+        self.var = stats.EWVar(fading_factor=0.05)
+        self.n = 0
+
+    def learn(self, ratio: float) -> None:
+        self.var.update(ratio)
+        self.n += 1
+
+    def sigma(self) -> float:
+        return max(0.0, self.var.get()) ** 0.5 if self.n >= 16 else 0.0
+
+
+class RankModel:
+    def __init__(self, kind: str, slow_impact: float, slow_windows: int, noise: NoiseModel | None = None):
+        self.kind = kind
+        self.impact = slow_impact
+        self.windows = slow_windows
+        self.noise = noise
+        self.last_stamp = -1
+        self.hot_since = 0
+        self.streak = 0
+        self.fast = 0
+        self.onset = 0
+        self.ph = None
+        self.seen = 0
+
+    def threshold(self) -> float:
+        if self.noise is not None:
+            return 1.0 + max(self.impact, NOISE_SIGMAS * self.noise.sigma())
+        return 1.0 + self.impact
+
+    def update(self, ratio: float, stamp: int, now_ns: int, held: bool = False, short: float | None = None,
+               start: int | None = None) -> int | None:
+        """`ratio` over the horizon (steady); `short` over each comm's latest window alone
+        (fast but noisy). A slowdown is hot in both; the streak counts new windows in a row
+        that are hot alone (a pause lasts one or two of them, however long the horizon
+        remembers it). `start`: when the window behind `stamp` began (the onset, if hot)."""
+        short = ratio if short is None else short
+        new = stamp != self.last_stamp
+        self.last_stamp = stamp
+        drift = False
+        if new:
+            self.seen += 1
+            drift = self._drift(short)
+        thr = self.threshold()
+        if held:
+            if ratio >= 1.0 + self.impact / 2:
+                return self.hot_since or stamp or now_ns
+            self.hot_since = self.streak = self.fast = 0
+            return None
+        if new and self.noise is not None and ratio < 1.0 + self.impact:
+            self.noise.learn(ratio)
+        if ratio < thr or (new and short < thr):
+            if new or ratio < thr:
+                self.hot_since = self.streak = self.fast = 0
+            return None
+        if not self.hot_since:
+            self.hot_since = start or stamp or now_ns
+        if new:
+            self.streak += 1
+            self.fast = self.fast + 1 if short >= FAST_RATIO else 0
+        sustained = self.streak >= max(self.windows, MIN_STREAK) and now_ns - self.hot_since >= SLOW_MIN_NS
+        if sustained or self.fast >= 2 or (drift and self.streak >= 2):
+            return self.hot_since
+        return None
+
+    def _drift(self, ratio: float) -> bool:
+        if self.kind != "river":
+            return False
+        if self.ph is None:
+            from river import drift
+
+            self.ph = drift.PageHinkley(min_instances=PH_MIN, delta=self.impact / 4, threshold=2 * self.impact,
+                                        mode="up")
+        self.ph.update(ratio)
+        return bool(self.ph.drift_detected)
+
+    def idle(self) -> None:
+        """No ratio this evaluation (a comm stale or untimed): a streak does not carry over."""
+        self.streak = self.fast = 0
+        self.hot_since = 0

@@ -1,0 +1,145 @@
+"""Iteration timings (`cw.steps.v1`) as a second signal (stage 2, one job).
+
+- A compute straggler among ranks that do the same work (the same pipeline stage, from
+  `coords.pp`; all ranks without coordinates): per phase (forward, backward), its time over
+  the median of its peers', per iteration, judged by the same rank model as the
+  collectives' (`rank_model.py`). A phase in which many ranks are slower is one whose
+  sections hold collective waits (they wait on someone inside it): it names nobody. This
+  sees a slow rank even when its collectives are invisible (a framework calling the backend
+  from C++) or carry no timing (host-enqueue probes), as NVIDIA's straggler detection does
+  with section timings; where a rank's collectives are timed, they decide (`job_stage.py`).
+- The job's cadence: the median step time (hang and stall thresholds scale with it).
+- A job-level slowdown: the recent median step time against the job's own baseline (the
+  fastest typical step seen, learned slowly), reported with its attribution when a slow
+  rank explains it.
+
+An iteration is judged once most ranks reported it (or a later one is complete), so
+phases are compared between ranks at the same iteration.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+
+from commwatch.streams.detect.rank_model import NoiseModel, RankModel
+
+KEEP_ITERATIONS = 8
+RECENT = 3  # the job's current step time: median of the last iterations
+WARMUP = 2  # first iterations (compilation, warm-up) teach nothing
+BASE_LEARN = 0.05
+PHASES = ("forward_ms", "backward_ms")
+STRAGGLER_SHARE = 0.1  # a phase in which more ranks than this share are slow holds waits
+
+
+class StepTracker:
+    def __init__(self, slow_impact: float, slow_windows: int, model: str = "river"):
+        self.slow_impact = slow_impact
+        self.slow_windows = slow_windows
+        self.model_kind = model
+        self.noise = None  # the noise model raises thresholds: see rank_model.py (kept off: it cost recall)
+        self.iters: dict[int, dict[int, tuple[float, float | None, int]]] = {}
+        self.durations: deque = deque(maxlen=64)  # median step time per judged iteration (s)
+        self.last_iteration: int | None = None
+        self.last_end_ns = 0
+        self.judged = -1
+        self.ranks: set[int] = set()
+        self.models: dict[int, RankModel] = {}
+        self.ratio: dict[int, float] = {}
+        self.base_s = 0.0
+        self.verdicts: dict[int, dict] = {}
+
+    def add(self, msg: dict) -> None:
+        it, rank = msg["iteration"], msg["rank"]
+        if self.judged >= 0 and it <= self.judged:
+            return  # late for an iteration already judged
+        dur = (msg["t_end_ns"] - msg["t_start_ns"]) / 1e9
+        phases = {k: float(v) for k, v in (msg.get("phases") or {}).items() if k in PHASES}
+        self.iters.setdefault(it, {})[rank] = (dur, phases, msg["t_end_ns"])
+        self.ranks.add(rank)
+        self.last_iteration = it if self.last_iteration is None else max(self.last_iteration, it)
+        if len(self.iters) > KEEP_ITERATIONS:
+            for old in sorted(self.iters)[:-KEEP_ITERATIONS]:
+                del self.iters[old]
+
+    def median_step_s(self) -> float:
+        return statistics.median(self.durations) if self.durations else 0.0
+
+    def rate_per_s(self) -> float | None:
+        m = self.median_step_s()
+        return round(1.0 / m, 3) if m > 0 else None
+
+    def slowdown(self) -> float | None:
+        """Recent step time over the baseline, minus 1 (None before a baseline exists)."""
+        if len(self.durations) < WARMUP + RECENT or self.base_s <= 0:
+            return None
+        recent = statistics.median(list(self.durations)[-RECENT:])
+        return round(recent / self.base_s - 1.0, 3)
+
+    def evaluate(self, now_ns: int, coords: dict[int, dict], open_ranks: set[int]) -> dict[int, dict]:
+        """Judge every complete iteration not judged yet; returns the ranks slow by their
+        phases now (rank -> evidence)."""
+        for it in sorted(self.iters):
+            if it <= self.judged:
+                continue
+            got = self.iters[it]
+            later = any(i > it and len(v) >= len(self.ranks) * 0.9 for i, v in self.iters.items())
+            if len(got) < max(1, 0.9 * len(self.ranks)) and not later:
+                break
+            self._judge(it, got, coords, open_ranks)
+            self.judged = it
+        return self.verdicts
+
+    def _judge(self, it: int, got: dict, coords: dict[int, dict], open_ranks: set[int]) -> None:
+        step = statistics.median(d for d, _, _ in got.values())
+        self.durations.append(step)
+        self.last_end_ns = max(t for _, _, t in got.values())
+        n = len(self.durations)
+        if n > WARMUP:
+            if self.base_s <= 0 or n <= WARMUP + RECENT:
+                self.base_s = statistics.median(list(self.durations)[WARMUP:]) if n > WARMUP else step
+            elif step < self.base_s:
+                self.base_s += BASE_LEARN * (step - self.base_s)
+        verdicts: dict[int, dict] = {}
+        self.ratio = {}
+        for phase in PHASES:
+            vals = {r: p[phase] for r, (_, p, _) in got.items() if p and p.get(phase, 0) > 0}
+            if len(vals) < 2:
+                continue
+            groups: dict[int, list[int]] = {}
+            for r in vals:
+                groups.setdefault(int(coords.get(r, {}).get("pp", 0)), []).append(r)
+            for members in groups.values():
+                if len(members) < 2:
+                    continue
+                ratios = {}
+                for r in members:
+                    ref = statistics.median(vals[q] for q in members if q != r)
+                    if ref > 0:
+                        ratios[r] = (vals[r] / ref, ref)
+                # a straggler stands out alone; a phase in which many ranks are slower holds
+                # waits (they wait on someone inside the phase), not their own compute
+                over = [r for r, (x, _) in ratios.items() if x >= 1 + self.slow_impact]
+                if len(over) > max(1, STRAGGLER_SHARE * len(members)):
+                    continue
+                for r, (ratio, ref) in ratios.items():
+                    if ratio > self.ratio.get(r, 0.0):
+                        self.ratio[r] = ratio
+                        verdicts.setdefault(r, {})["_best"] = (ratio, ref, phase)
+        out = {}
+        for r, ratio in self.ratio.items():
+            m = self.models.get(r)
+            if m is None:
+                m = self.models[r] = RankModel(self.model_kind, self.slow_impact, self.slow_windows, self.noise)
+            onset = m.update(ratio, self.last_end_ns, self.last_end_ns, held=r in open_ranks)
+            if onset is None or it < WARMUP:
+                continue
+            ratio, ref, phase = verdicts[r]["_best"]
+            step_ms = got[r][0] * 1e3
+            mine = got[r][1][phase]
+            out[r] = {"ratio": round(ratio, 3), "slowdown": round(ratio - 1.0, 3), "iteration": it, "phase": phase,
+                      "phase_ms": round(mine, 3), "peers_phase_ms": round(ref, 3),
+                      "impact": round(min(1.0, (mine - ref) / step_ms), 4) if step_ms > 0 else 0.0,
+                      "onset_ns": int(onset - step * 1e9), "signal": "phases"}
+        verdicts = out
+        self.verdicts = verdicts

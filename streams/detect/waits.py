@@ -1,0 +1,191 @@
+"""The wait-for graph of one job (stage 2): from the ranks that wait to the root cause.
+
+Nodes are ranks and blocked instances (a comm's first instance that no member completed,
+or a blocked send/recv channel; `comm_stage.py`'s `wait` reports). Edges:
+
+- rank -> instance: the rank entered the instance and waits in it;
+- instance -> rank, *hard*: the rank is a member that never entered it;
+- instance -> rank, *soft*: every member entered it, but this member's device is held by
+  another blocked instance (one with a member missing, or an older one): calls queued
+  behind a blocked call on the same stream are symptoms, not faults.
+
+Ranks that exited, left the comm, or whose completion path is stuck (their peers completed
+what they still report open) wait on nobody: they have no outgoing edge.
+
+Starting from the instances waited in for at least the threshold, the roots are the sink
+components of what is reachable: a rank (inside no blocked call: hung, exited, stuck, or
+merely slow and still progressing, which the caller tells apart by its silence), an
+instance (every member entered it, none is held elsewhere and none completes: the
+transport, a `comm_hang`), or a cycle (a real deadlock: the ranks of it that most
+instances wait for).
+
+>>> w = {"aa": {"instances": [{"seq": 4, "op": "AllReduce", "since_ns": 0, "entered": [0, 1], "missing": [2]}]},
+...      "bb": {"instances": [{"seq": 9, "op": "AllReduce", "since_ns": 0, "entered": [2, 3], "missing": [4]}]}}
+>>> g = analyse(w, now_ns=10**10, threshold_ns=5 * 10**9, terminal=set())
+>>> g.roots, g.comm_roots
+({4: ('bb', 9, 'AllReduce', False)}, [])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MAX_CHAIN_EDGES = 256
+
+
+@dataclass
+class Instance:
+    comm: str
+    seq: int
+    op: str
+    since_ns: int
+    entered: list[int]
+    missing: list[int]
+    p2p: bool = False
+    unknown: int = 0
+
+
+@dataclass
+class Analysis:
+    roots: dict[int, tuple[str, int, str, bool]] = field(default_factory=dict)  # rank -> (comm, seq, op, p2p)
+    comm_roots: list[Instance] = field(default_factory=list)
+    deadlock: bool = False
+    waiting: set[int] = field(default_factory=set)  # ranks inside instances that reach a root
+    blocked: list[Instance] = field(default_factory=list)  # instances that reach a root
+    edges: list[list] = field(default_factory=list)  # [waiter, waited for, comm] along hard edges
+    oldest_since_ns: int = 0
+    waiters_of: dict[int, int] = field(default_factory=dict)  # root rank -> ranks waiting on it directly
+
+
+def instances_of(waits: dict[str, dict]) -> list[Instance]:
+    out = []
+    for comm in sorted(waits):
+        w = waits[comm]
+        for i in w["instances"]:
+            out.append(Instance(comm, i["seq"], i["op"], i["since_ns"], list(i["entered"]), list(i["missing"]),
+                                bool(i.get("p2p")), int(w.get("unknown", 0))))
+    return out
+
+
+def analyse(waits: dict[str, dict], now_ns: int, threshold_ns: float, terminal: set[int]) -> Analysis:
+    """The graph reachable from the instances waited in for at least `threshold_ns`."""
+    insts = instances_of(waits)
+    res = Analysis()
+    if not insts:
+        return res
+    # where each rank waits
+    waits_in: dict[int, list[int]] = {}
+    for i, x in enumerate(insts):
+        for r in x.entered:
+            if r not in terminal:
+                waits_in.setdefault(r, []).append(i)
+
+    def held_elsewhere(m: int, i: int) -> bool:
+        x = insts[i]
+        return any(j != i and (insts[j].missing or insts[j].since_ns < x.since_ns) for j in waits_in.get(m, ()))
+
+    def out_edges(node) -> list:
+        if isinstance(node, int):  # a rank
+            return [("i", j) for j in waits_in.get(node, ())]
+        x = insts[node[1]]
+        if x.missing:
+            return list(x.missing)
+        return [m for m in x.entered if held_elsewhere(m, node[1])]
+
+    starts = [("i", i) for i, x in enumerate(insts) if now_ns - x.since_ns >= threshold_ns]
+    if not starts:
+        return res
+    # reachable subgraph
+    adj: dict = {}
+    stack = list(starts)
+    while stack:
+        node = stack.pop()
+        if node in adj:
+            continue
+        adj[node] = out_edges(node)
+        stack.extend(e for e in adj[node] if e not in adj)
+    sinks = _sink_components(adj)
+    indeg: dict[int, int] = {}
+    for node, outs in adj.items():
+        if not isinstance(node, int):
+            for m in outs:
+                indeg[m] = indeg.get(m, 0) + 1
+    for comp in sinks:
+        ranks = [n for n in comp if isinstance(n, int)]
+        if len(comp) == 1 and not ranks:
+            x = insts[comp[0][1]]
+            if not x.unknown:  # a member never seen may be the one missing: not the transport's fault
+                res.comm_roots.append(x)
+            continue
+        if len(comp) > 1:
+            res.deadlock = True
+            top = max(indeg.get(r, 0) for r in ranks)
+            ranks = [r for r in ranks if indeg.get(r, 0) == top]
+        for r in ranks:
+            where = next((insts[n[1]] for n, outs in adj.items() if not isinstance(n, int) and r in outs
+                          and r in insts[n[1]].missing), None)
+            if where is None:
+                where = next(insts[n[1]] for n, outs in adj.items() if not isinstance(n, int) and r in outs)
+            res.roots[r] = (where.comm, where.seq, where.op, where.p2p)
+    # what reaches a root, for evidence and the chain
+    for node in adj:
+        if isinstance(node, int):
+            res.waiting.add(node)
+        else:
+            x = insts[node[1]]
+            res.blocked.append(x)
+            res.waiting.update(r for r in x.entered if r not in terminal)
+            for m in x.missing:
+                if m in res.roots:
+                    res.waiters_of[m] = res.waiters_of.get(m, 0) + len(x.entered)
+                for r in x.entered[: MAX_CHAIN_EDGES]:
+                    if len(res.edges) < MAX_CHAIN_EDGES:
+                        res.edges.append([r, m, x.comm])
+    res.waiting -= set(res.roots)
+    res.oldest_since_ns = min(x.since_ns for x in res.blocked) if res.blocked else now_ns
+    return res
+
+
+def _sink_components(adj: dict) -> list[list]:
+    """Strongly connected components of `adj` with no edge leaving them (Tarjan, iterative)."""
+    index: dict = {}
+    low: dict = {}
+    on: set = set()
+    stack: list = []
+    comps: list[list] = []
+    counter = 0
+    for root in adj:
+        if root in index:
+            continue
+        work = [(root, iter(adj.get(root, ())))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            node, it = work[-1]
+            nxt = next(it, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on.add(nxt)
+                    work.append((nxt, iter(adj.get(nxt, ()))))
+                elif nxt in on:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == node:
+                        break
+                comps.append(comp)
+    comp_of = {n: i for i, c in enumerate(comps) for n in c}
+    return [c for i, c in enumerate(comps) if all(comp_of.get(m, -1) == i for n in c for m in adj.get(n, ()))]
