@@ -1,7 +1,8 @@
 """Per-communicator progress of the local ranks, from the records seen (contract 2.2).
 
-`completed` counts only completions that were observed (COMPLETED); a record that says
-COMPLETION_LOST leaves it where it is: the detectors read that flag from the records.
+`completed` counts observed completions (COMPLETED) and calls the probe gave up on
+(COMPLETION_LOST): the rank is no longer waiting in those, as the detectors read the same
+records. `t_last_end_ns` comes from observed completions only.
 A rank whose process is gone is reported with `"exited": true` (see docs/architecture.md)
 on every communicator it was in, including those it left (COMM_DESTROY) in the last
 `LEFT_GRACE` heartbeats: a process that finalises leaves all its communicators just before
@@ -77,7 +78,8 @@ class Progress:
         if not len(calls):
             return
         keys, inverse = np.unique(calls[["comm", "rank"]], return_inverse=True)
-        done = (calls["flags"] & wire.FLAG_COMPLETED) != 0
+        observed = (calls["flags"] & wire.FLAG_COMPLETED) != 0
+        done = observed | ((calls["flags"] & wire.FLAG_COMPLETION_LOST) != 0)
         seq = calls["seq"].astype(np.int64)
         for i, key in enumerate(keys):
             m = inverse == i
@@ -87,10 +89,12 @@ class Progress:
             md = m & done
             if md.any():
                 st.completed = max(st.completed, int(seq[md].max()))
-                st.t_last_end_ns = max(st.t_last_end_ns, int(calls["t_end_ns"][md].max()))
+            mo = m & observed
+            if mo.any():
+                st.t_last_end_ns = max(st.t_last_end_ns, int(calls["t_end_ns"][mo].max()))
 
     def _p2p(self, job: str, calls: np.ndarray) -> None:
-        done = (calls["flags"] & wire.FLAG_COMPLETED) != 0
+        done = (calls["flags"] & (wire.FLAG_COMPLETED | wire.FLAG_COMPLETION_LOST)) != 0
         for r, d in zip(calls, done):
             st = self.table.setdefault((job, int(r["comm"])), {}).setdefault(int(r["rank"]), RankState())
             cell = st.p2p.setdefault((int(r["peer"]), int(r["op"])), [-1, -1])

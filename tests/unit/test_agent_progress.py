@@ -77,3 +77,15 @@ def test_forget_drops_a_rank_everywhere():
     p.forget("j", 0)
     (_, m), = p.messages("n", 1)
     assert [r["rank"] for r in m["ranks"]] == [1]
+
+
+def test_a_call_given_up_on_is_no_longer_waited_in():
+    lost = wire.FLAG_ENQUEUED | wire.FLAG_COMPLETION_LOST
+    p = Progress()
+    p.update("j", records([(1, 1, wire.FLAG_ENQUEUED, 0, 0xA, 0, 10, 0, -1), (1, 1, lost, 0, 0xA, 0, 10, 0, -1),
+                           (1, wire.OP_SEND, wire.FLAG_ENQUEUED, 0, 0xA, 0, 11, 0, 1),
+                           (1, wire.OP_SEND, lost, 0, 0xA, 0, 11, 0, 1)]))
+    (_, m), = p.messages("n", 1)
+    r = m["ranks"][0]
+    assert (r["started"], r["completed"]) == (0, 0) and "t_last_end_ns" not in r
+    assert r["p2p"] == [{"peer": 1, "op": "send", "started": 0, "completed": 0}]
