@@ -100,3 +100,24 @@ def test_drop_removes_the_files_of_a_gone_writer(tmp_path):
     assert src.steps is not None and src.meta == {} and not src.writer_alive()
     d.drop(src)
     assert sorted(p.name for p in (tmp_path / "j").iterdir()) == []
+
+
+def test_agent_removes_a_long_dead_ring_without_publishing_it(settings, tmp_path):
+    from commwatch.embedded import free_port
+    from commwatch.producers.agent.agent import Agent
+
+    code = ("import sys; from commwatch import ring; "
+            "w = ring.RingWriter(sys.argv[1], rank=0, job='j', capacity=8); "
+            "w.write(1, 1, 1, 0xA, 0, 10, 20, 8, 0, -1, 2, 0, now_ns=1)")  # last heard of in 1970
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "r" / "j" / "0.ring")], check=True)
+    code_recent = code.replace("now_ns=1", "now_ns=__import__('time').time_ns()").replace("rank=0", "rank=1")
+    subprocess.run([sys.executable, "-c", code_recent, str(tmp_path / "r" / "j" / "1.ring")], check=True)
+    s = settings.replace(ring_dir=str(tmp_path / "r"), kafka_bootstrap=f"127.0.0.1:{free_port()}")
+    agent = Agent(s, s.kafka_bootstrap)
+    try:
+        agent.scan()
+        agent.poll()
+    finally:
+        agent.close(timeout_s=0.1)
+    assert not (tmp_path / "r" / "j" / "0.ring").exists()  # stale: dropped unread
+    assert agent.records == 1  # the recent one was read (its writer is gone too: it goes the exit way)
