@@ -32,7 +32,8 @@ Lifecycle (the NCCL probe follows the same protocol):
   `.meta.json`) share the ring's stem.
 - At finalisation (atexit, `hook.uninstall()`) the writer unlinks its files (ring, steps,
   meta) and then releases the lock. A killed process cannot unlink; the kernel releases
-  its lock.
+  its lock. A child forked by the writer (a data-loader worker) drops its inherited
+  descriptor and mapping at once (either would keep the lock of a dead writer held).
 - A reader learns that the writer is gone when it can take the lock itself
   (`flock(fd, LOCK_EX | LOCK_NB)` on its own descriptor; EWOULDBLOCK = alive). This works
   across PID namespaces, unlike `kill(pid, 0)`. While it holds that lock no new writer
@@ -59,6 +60,7 @@ import os
 import struct
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -168,6 +170,7 @@ class RingWriter:
                 pass
             raise
         self.fd = fd  # kept open: holds the lock that says the writer is alive
+        _WRITERS.add(self)
         self.rank = rank
         self.counter = itertools.count()
         self.lock = threading.Lock()  # step records only: written from the training thread
@@ -198,6 +201,17 @@ class RingWriter:
             mm[off] = STEP_KIND
             _I64.pack_into(mm, OFF_HEARTBEAT, t_end_ns)
 
+    def abandon(self) -> None:
+        """In a forked child: let go of the parent's file without touching it (the mapping
+        and the descriptor both hold the parent's lock)."""
+        try:
+            self.mm.close()
+        except (BufferError, ValueError):
+            pass
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
     def close(self, unlink: bool = False) -> None:
         """Unmap; with `unlink`, remove the file first. The lock goes last."""
         try:
@@ -212,6 +226,18 @@ class RingWriter:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+_WRITERS: "weakref.WeakSet[RingWriter]" = weakref.WeakSet()
+
+
+def _abandon_in_child() -> None:
+    for w in list(_WRITERS):
+        w.abandon()
+    _WRITERS.clear()
+
+
+os.register_at_fork(after_in_child=_abandon_in_child)
 
 
 def companion(ring: str | Path, suffix: str) -> Path:

@@ -295,6 +295,15 @@ class Hook:
         self.comms = CommRegistry(self.job, self.dist, self.comms.stream_backends)
         self.completions = None
 
+    def forget_in_child(self) -> None:
+        """In a process forked from the training process: restore torch there and leave the
+        parent's files to the parent (the rings were let go by `commwatch.ring`)."""
+        for owner, name, orig in reversed(self.patched):
+            setattr(owner, name, orig)
+        self.patched.clear()
+        self.ring = self.step_ring = self.timer.ring = None
+        self.completions = None
+
     def close(self) -> None:
         """Restore torch and finalise the files."""
         for owner, name, orig in reversed(self.patched):
@@ -331,7 +340,15 @@ def install(settings: Settings | None = None, *, megatron: bool = False, local_r
         hook.open()
     _HOOK = hook
     atexit.register(uninstall)
+    os.register_at_fork(after_in_child=_forget_in_child)
     return hook
+
+
+def _forget_in_child() -> None:
+    global _HOOK
+    hook, _HOOK = _HOOK, None
+    if hook is not None:
+        hook.forget_in_child()
 
 
 def uninstall() -> None:

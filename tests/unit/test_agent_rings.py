@@ -121,3 +121,27 @@ def test_agent_removes_a_long_dead_ring_without_publishing_it(settings, tmp_path
         agent.close(timeout_s=0.1)
     assert not (tmp_path / "r" / "j" / "0.ring").exists()  # stale: dropped unread
     assert agent.records == 1  # the recent one was read (its writer is gone too: it goes the exit way)
+
+
+def test_a_forked_child_does_not_keep_a_dead_writers_lock(tmp_path):
+    code = ("import os, sys, time; from commwatch import ring; "
+            "w = ring.RingWriter(sys.argv[1], rank=0, job='j', capacity=8); "
+            "pid = os.fork()\n"
+            "if pid == 0:\n    time.sleep(60); os._exit(0)\n"
+            "print(pid, flush=True); time.sleep(60)")
+    parent = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "j" / "0.ring")], stdout=subprocess.PIPE,
+                              text=True)
+    child = int(parent.stdout.readline())
+    try:
+        (src,) = RingDir(tmp_path).scan()[0]
+        assert src.writer_alive()
+        parent.kill()  # the writer dies; its forked child (a data-loader worker) lives on
+        parent.wait(10)
+        os.kill(child, 0)
+        assert not src.writer_alive()
+    finally:
+        parent.kill()
+        try:
+            os.kill(child, 9)
+        except ProcessLookupError:
+            pass

@@ -212,3 +212,17 @@ def test_megatron_aliases_bound_before_install_are_recorded(group, settings, tmp
     finally:
         hook.uninstall()
     assert fake.dist_all_gather_func is original
+
+
+def test_a_forked_child_runs_without_the_hook(installed):
+    import os
+
+    h, _ = installed
+    wrapped = dist.all_reduce
+    pid = os.fork()
+    if pid == 0:  # a data-loader worker: torch restored, the parent's ring let go
+        ok = dist.all_reduce is wrapped.__commwatch_wrapped__ and hook.current() is None and h.ring is None
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert dist.all_reduce is wrapped and h.ring is not None  # the parent keeps it
