@@ -160,9 +160,12 @@ class Pipeline:
     def job_message(self, base: str, msg: Message, tp: Any = None) -> list[dict]:
         """Stage 2 for one report or topology/steps/hw message; raises `WireError`."""
         if base == REPORTS:
-            report = decode_report(msg)
-            self._seen(base, msg, report["job"], tp)
-            return self.detector.job_feed_report(report, self.wall_ns())
+            bundle = decode_report(msg)
+            self._seen(base, msg, bundle["job"], tp)
+            out: list[dict] = []
+            for report in bundle["reports"]:
+                out.extend(self.detector.job_feed_report(report, self.wall_ns()))
+            return out
         decoded = decode_message(msg, self.settings.max_message_bytes)
         self._seen(base, msg, decoded["job"], tp)
         return self.detector.job_feed(msg, decoded, self.wall_ns())
@@ -200,16 +203,30 @@ class Pipeline:
         self.metrics.deadletter.labels(reason=err.reason).inc()
 
 
+def bundles(reports: list[dict]) -> list[dict]:
+    """Stage-1 reports as one message per job (a job's state at one tick arrives at stage 2
+    whole: a wait report is never judged without the reports of the same tick)."""
+    by_job: dict[str, list[dict]] = {}
+    for rep in reports:
+        by_job.setdefault(rep["job"], []).append(rep)
+    return [{"type": "bundle", "job": job, "ts_ns": max(r["ts_ns"] for r in reps), "reports": reps}
+            for job, reps in by_job.items()]
+
+
 def decode_report(msg: Message) -> dict:
-    """A stage-1 report from the internal topic; raises `WireError`."""
+    """A bundle of stage-1 reports of one job from the internal topic; raises `WireError`."""
     try:
-        report = json.loads(msg.value)
+        bundle = json.loads(msg.value)
     except ValueError as exc:
         raise WireError("bad_json", f"report is not JSON ({exc})") from None
-    if not isinstance(report, dict) or not isinstance(report.get("job"), str) or not isinstance(
-            report.get("type"), str) or not isinstance(report.get("ts_ns"), int):
-        raise WireError("not_object", "report is not an object with a job, a type and ts_ns")
-    return report
+    if not isinstance(bundle, dict) or bundle.get("type") != "bundle" or not isinstance(bundle.get("job"), str) \
+            or not isinstance(bundle.get("reports"), list):
+        raise WireError("not_object", "report is not a bundle object with a job and reports")
+    for rep in bundle["reports"]:
+        if not isinstance(rep, dict) or rep.get("job") != bundle["job"] or not isinstance(rep.get("type"), str) \
+                or not isinstance(rep.get("ts_ns"), int):
+            raise WireError("bad_field", "a report of the bundle has no type, ts_ns or the bundle's job")
+    return bundle
 
 
 def create_app(settings: Settings, pipeline: Pipeline) -> faust.App:
@@ -258,14 +275,17 @@ def create_app(settings: Settings, pipeline: Pipeline) -> faust.App:
     # Published messages carry their event time as the Kafka timestamp, like every input.
     # Agents await each send (backpressure); the timer only queues (it must not stall).
     async def publish_reports(reports: list[dict], wait: bool = True) -> None:
-        for rep in reports:
-            kw = {"key": str(rep["job"]).encode(), "value": messages.dumps(rep), "timestamp": rep["ts_ns"] / 1e9}
+        for bundle in bundles(reports):
+            kw = {"key": str(bundle["job"]).encode(), "value": messages.dumps(bundle),
+                  "timestamp": bundle["ts_ns"] / 1e9}
             if wait:
                 await reports_out.send(**kw)
             else:
                 reports_out.send_soon(**kw)
+        for rep in reports:
             for row in window_rows(rep):
-                windows_out.send_soon(key=kw["key"], value=messages.dumps(row), timestamp=kw["timestamp"])
+                windows_out.send_soon(key=str(rep["job"]).encode(), value=messages.dumps(row),
+                                      timestamp=rep["ts_ns"] / 1e9)
         pipeline.metrics.reports.inc(len(reports))
 
     async def publish_incidents(incidents: list[dict], wait: bool = True) -> None:

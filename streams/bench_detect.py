@@ -1,13 +1,16 @@
-"""`commwatch bench detect`: detection quality, delay and speed over simulated scenarios.
+"""`commwatch bench detect`: detection quality, delay and speed, scored strictly.
 
-Each scenario is a simulated job (layouts of 8 to 4096 ranks, every fault kind, healthy
-controls with jitter, GC blips, checkpoint pauses and clock skew) fed in-process, in event
-time, through the same `Detector` as `commwatch replay`. Incidents are matched to the
-simulator's ground truth: a culprit is localized when an incident of the fault's kind names
-the injected rank (nodes for `slow_link` / `node_lost`, the comm for `comm_hang`).
+Every scenario (`bench_scenarios`: the project's simulator and the independent job model)
+is fed in-process, message by message in event-time order (one multi-job scenario also in
+the order a live worker receives them), through the same `Detector` as `commwatch replay`: `feed(msg)` then `tick(msg.ts_ns)` (a message
+the detector refuses is counted and skipped), a last tick at the end, and for jobs that
+end, ticks every 0.5 s for a while after. Incidents are scored by `bench_score`: exact
+culprits, victims and extra P0/P1s count as false, advisories apart.
 
-Printed per kind: precision, recall and F1 of culprit localization, detection delay p50/p95
-in seconds and in iterations; false incidents on healthy runs; replay speed in records/s.
+Printed: per kind expected / hits / false / precision / recall / false P0/P1 per healthy
+job-hour / delay p50, p95 in seconds and iterations; hang figures; P0/P1 on controls;
+ended jobs; the targets with pass/fail; replay speed in records/s. `--json FILE` writes the
+same (and one entry per scenario); `--save DIR` writes each scenario's capture and truth.
 """
 
 from __future__ import annotations
@@ -16,205 +19,83 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass
-
-import numpy as np
+from pathlib import Path
 
 from commwatch.settings import Settings
+from commwatch.streams.bench_scenarios import Built, Case, all_cases, records_in
+from commwatch.streams.bench_score import S, score, summarize
 from commwatch.streams.detect import Detector
+from commwatch.wire import WireError
 
-# (tp, pp, dp): 8 .. 4096 ranks, TP 1-8, PP 1-16, DP 1-64
-SMALL = [(1, 1, 8), (2, 2, 2), (8, 1, 2), (2, 2, 4), (1, 4, 8), (4, 2, 4), (8, 2, 4), (2, 4, 8), (1, 1, 64),
-         (4, 16, 2)]
-LARGE = [(8, 4, 8), (8, 8, 16), (8, 8, 64)]
-FAULTS = ["hang", "comm_hang", "slow", "slow50", "downclock", "slow_link", "node_lost", "hang_pp"]
-HEALTHY = ["jitter", "gc_blips", "checkpoint", "skew"]
+TAIL_TICK_S = 0.5
 
 
-@dataclass
-class Scenario:
-    name: str
-    tp: int
-    pp: int
-    dp: int
-    kind: str
-    seed: int
-    duration_s: float = 35.0
-    step_s: float = 1.0
-
-    @property
-    def ranks(self) -> int:
-        return self.tp * self.pp * self.dp
-
-
-def scenarios(quick: bool) -> list[Scenario]:
-    out: list[Scenario] = []
-    layouts = SMALL[:4] if quick else SMALL
-    i = 0
-    for n, layout in enumerate(layouts):
-        kinds = FAULTS + HEALTHY
-        if quick:  # each kind once or twice over the four small layouts
-            kinds = (FAULTS[:4] + HEALTHY[:2]) if n % 2 == 0 else (FAULTS[4:] + HEALTHY[2:])
-        for kind in kinds:
-            if kind in ("slow_link", "node_lost") and layout[0] * layout[1] * layout[2] < 16:
-                continue  # needs two nodes
-            if kind == "hang_pp" and layout[1] == 1:
-                continue
-            out.append(Scenario(f"{kind}-{layout[0]}x{layout[1]}x{layout[2]}", *layout, kind, seed=i,
-                                step_s=2.0 if i % 5 == 4 else 1.0))
-            i += 1
-    if not quick:
-        for layout, kinds in zip(LARGE, (["hang", "slow", "jitter"], ["hang", "slow"], ["hang"])):
-            for kind in kinds:
-                out.append(Scenario(f"{kind}-{layout[0]}x{layout[1]}x{layout[2]}", *layout, kind, seed=100 + i,
-                                    duration_s=22.0))
-                i += 1
-    return out
-
-
-def build(sc: Scenario):
-    from commwatch.producers.simulate import JobSpec, parse_fault, simulate
-
-    rng = np.random.default_rng(sc.seed)
-    world = sc.ranks
-    big = world >= 1024
-    kw = dict(job=f"b{sc.seed}", tp=sc.tp, pp=sc.pp, dp=sc.dp, duration_s=sc.duration_s, step_s=sc.step_s,
-              seed=sc.seed, clock_skew_ms=20.0)
-    if big:  # fewer, larger call batches and calls per step keep the default bench in minutes
-        kw.update(tp_calls=2, microbatches=2, batch_s=0.5)
-    elif world >= 256:
-        kw.update(tp_calls=4)
-    if sc.kind == "gc_blips":
-        kw["gc_blip_rate"] = 0.02
-    if sc.kind == "checkpoint":
-        kw.update(checkpoint_every_s=15.0, checkpoint_s=12.0)
-    if sc.kind == "skew":
-        kw.update(clock_skew_ms=50.0, clock_drift_ppm=50.0)
-    if sc.kind == "jitter":
-        kw["jitter"] = 0.08
-    spec = JobSpec(**kw)
-    at = 12.0 if big else 15.0
-    rank = int(rng.integers(0, world))
-    nodes = max(1, world // spec.gpus_per_node)
-    faults = []
-    if sc.kind == "hang":
-        faults.append(f"hang:rank={rank},at={at}s")
-    elif sc.kind == "hang_pp":  # the last pipeline stage of replica 0
-        faults.append(f"hang:rank={(sc.pp - 1) * sc.tp},at={at}s")
-    elif sc.kind == "comm_hang":
-        faults.append(f"comm_hang:comm={'dp0' if sc.dp > 1 else 'tp0'},at={at}s")
-    elif sc.kind == "slow":
-        faults.append(f"slow:rank={rank},factor={1.2 + 0.1 * (sc.seed % 3):.1f},at={at}s")
-    elif sc.kind == "slow50":
-        faults.append(f"slow:rank={rank},factor=1.6,at={at}s")
-    elif sc.kind == "downclock":
-        faults.append(f"downclock:rank={rank},at={at}s,mhz=1300")
-    elif sc.kind == "slow_link":
-        a = int(rng.integers(0, nodes - 1))
-        faults.append(f"slow_link:nodes=node-{a:02d}+node-{a + 1:02d},factor=3,at={at}s")
-    elif sc.kind == "node_lost":
-        faults.append(f"node_lost:node=node-{int(rng.integers(0, nodes)):02d},at={at}s")
-    elif sc.kind == "gc_blips":
-        faults.append(f"blip:rank={rank},at={at}s,ms=600")
-    sim = simulate(spec, [parse_fault(f) for f in faults])
-    return spec, sim
-
-
-def localized(inc: dict, truth: dict) -> bool:
-    if inc["kind"] != truth["kind"]:
-        return False
-    if truth["kind"] in ("hang", "slow_rank"):
-        return bool(set(truth["ranks"]) & set(inc["culprit_ranks"]))
-    if truth["kind"] == "comm_hang":
-        return inc["comm"] == truth["comm"] or set(inc["culprit_nodes"]) == set(truth["nodes"])
-    return bool(set(truth["nodes"]) & set(inc["culprit_nodes"]))
-
-
-def run_one(sc: Scenario, settings: Settings) -> dict:
-    t0 = time.perf_counter()
-    spec, sim = build(sc)
-    msgs = list(sim.messages())
-    t1 = time.perf_counter()
+def feed(built: Built, settings: Settings) -> tuple[list[dict], int]:
+    """Every incident event the detector emits over the capture; and how many messages it refused."""
     det = Detector(settings)
-    incidents = []
-    for m in msgs:
-        incidents += det.feed(m)
-        incidents += det.tick(m.ts_ns)
-    if msgs:
-        incidents += det.tick(msgs[-1].ts_ns)
+    events: list[dict] = []
+    refused = 0
+    last = None
+    for m in built.messages:
+        try:
+            events += det.feed(m)
+        except WireError:
+            refused += 1
+        events += det.tick(m.ts_ns)
+        last = m.ts_ns if last is None else max(last, m.ts_ns)
+    if last is not None:
+        events += det.tick(last)
+        for k in range(1, int(built.tail_s / TAIL_TICK_S) + 1):
+            events += det.tick(last + round(k * TAIL_TICK_S * S))
+    return events, refused
+
+
+def healthy_seconds(built: Built) -> float:
+    """Job time not under an injected fault: up to the first expected onset, or the whole run."""
+    total = 0.0
+    for job, info in built.jobs.items():
+        onsets = [t["onset_ns"] for t in built.truth if t["job"] == job and t.get("expect_incident")]
+        end = min([info.end_ns] + onsets + ([info.ended_ns] if info.ended_ns else []))
+        total += max(0.0, (end - info.start_ns) / S)
+    return total
+
+
+def run_case(case: Case, settings: Settings, save: Path | None) -> dict:
+    t0 = time.perf_counter()
+    built = case.build()
+    t1 = time.perf_counter()
+    events, refused = feed(built, settings)
     t2 = time.perf_counter()
-    truths = [t for t in sim.truth() if t.get("expect_incident")]
-    opened = [i for i in incidents if i["status"] == "open"]
-    found = []
-    for t in truths:
-        hits = [i for i in opened if localized(i, t) and i["ts_ns"] >= t["at_ns"]]
-        delay = (hits[0]["ts_ns"] - t["at_ns"]) / 1e9 if hits else None
-        found.append({"kind": t["kind"], "factor": t.get("factor"), "hit": bool(hits), "delay_s": delay,
-                      "delay_it": None if delay is None else delay / spec.step_s})
-    wrong = [i for i in opened if not any(localized(i, t) for t in truths)]
-    return {"name": sc.name, "ranks": sc.ranks, "healthy": sc.kind in HEALTHY, "truths": found,
-            "wrong": [{"kind": i["kind"], "severity": i["severity"], "culprit_ranks": i["culprit_ranks"][:8],
-                       "culprit_nodes": i["culprit_nodes"][:8]} for i in wrong],
-            "opened": len(opened), "records": det.stats["records"], "sim_s": t1 - t0, "detect_s": t2 - t1}
+    if save is not None:
+        _save(save, case, built, events)
+    res = score(events, built.truth, built.jobs, settings.hang_floor_s)
+    res.update(name=case.name, family=case.family, ranks=case.ranks, refused=refused,
+               records=records_in(built.messages), messages=len(built.messages), build_s=round(t1 - t0, 3),
+               detect_s=round(t2 - t1, 3), healthy_s=healthy_seconds(built))
+    return res
 
 
-def _pct(xs: list[float], q: float) -> float | None:
-    return round(float(np.percentile(xs, q)), 2) if xs else None
+def _save(folder: Path, case: Case, built: Built, events: list[dict]) -> None:
+    from commwatch.capture import CaptureWriter
 
-
-def summarize(results: list[dict]) -> dict:
-    kinds: dict[str, dict] = {}
-
-    def row(k: str) -> dict:
-        return kinds.setdefault(k, {"expected": 0, "localized": 0, "wrong": 0, "delays": [], "iters": []})
-
-    for res in results:
-        for t in res["truths"]:
-            keys = [t["kind"]] + (["slow_rank>=50%"] if t["kind"] == "slow_rank" and (t["factor"] or 0) >= 1.5 else [])
-            for k in keys:
-                r = row(k)
-                r["expected"] += 1
-                if t["hit"]:
-                    r["localized"] += 1
-                    r["delays"].append(t["delay_s"])
-                    r["iters"].append(t["delay_it"])
-        for w in res["wrong"]:
-            row(w["kind"])["wrong"] += 1
-    table = {}
-    for k, r in sorted(kinds.items()):
-        tp = r["localized"]
-        prec = tp / (tp + r["wrong"]) if tp + r["wrong"] else None
-        rec = tp / r["expected"] if r["expected"] else None
-        f1 = 2 * prec * rec / (prec + rec) if prec and rec else (0.0 if prec is not None and rec is not None else None)
-        table[k] = {"expected": r["expected"], "localized": tp, "false": r["wrong"],
-                    "precision": None if prec is None else round(prec, 3), "recall": None if rec is None else round(rec, 3),
-                    "f1": None if f1 is None else round(f1, 3),
-                    "delay_s_p50": _pct(r["delays"], 50), "delay_s_p95": _pct(r["delays"], 95),
-                    "delay_it_p50": _pct(r["iters"], 50), "delay_it_p95": _pct(r["iters"], 95)}
-    healthy = [r for r in results if r["healthy"]]
-    records = sum(r["records"] for r in results)
-    detect_s = sum(r["detect_s"] for r in results)
-    return {
-        "scenarios": len(results),
-        "kinds": table,
-        "healthy_runs": len(healthy),
-        "healthy_false_incidents": sum(len(r["wrong"]) for r in healthy),
-        "healthy_p0_p1": sum(1 for r in healthy for w in r["wrong"] if w["severity"] in ("P0", "P1")),
-        "false_incidents_all": sum(len(r["wrong"]) for r in results),
-        "records": records,
-        "detect_s": round(detect_s, 2),
-        "records_per_s": round(records / detect_s) if detect_s else 0,
-        "simulate_s": round(sum(r["sim_s"] for r in results), 2),
-        "largest_ranks": max((r["ranks"] for r in results), default=0),
-    }
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = case.name.replace("/", "_")
+    with CaptureWriter(folder / f"{stem}.cwcap") as w:
+        for m in built.messages:
+            w.write(m)
+    (folder / f"{stem}.truth.json").write_text(json.dumps(built.truth, indent=1) + "\n", encoding="utf-8")
+    with open(folder / f"{stem}.alerts.jsonl", "w", encoding="utf-8") as fh:
+        for ev in events:
+            fh.write(json.dumps(ev) + "\n")
 
 
 def core_speed(settings: Settings) -> dict:
-    """Decode and detection timed apart on one 256-rank healthy run: where the time goes."""
+    """Decode and detection timed apart on one 256-rank healthy simulator run: where the time goes."""
     from commwatch.decode import decode_message
+    from commwatch.streams.bench_scenarios import build_sim
 
-    _, sim = build(Scenario("speed", 8, 4, 8, "jitter", seed=7, duration_s=20.0))
-    msgs = list(sim.messages())
+    built = build_sim((8, 4, 8), "jitter", seed=7, step_s=1.0, duration_s=20.0)
+    msgs = built.messages
     t0 = time.perf_counter()
     decoded = [decode_message(m) for m in msgs]
     t1 = time.perf_counter()
@@ -223,59 +104,116 @@ def core_speed(settings: Settings) -> dict:
         det.feed_decoded(m, d)
         det.tick(m.ts_ns)
     t2 = time.perf_counter()
-    records = det.stats["records"]
+    records = records_in(msgs)
     return {"messages": len(msgs), "records": records, "records_per_message": round(records / len(msgs), 1),
             "decode_s": round(t1 - t0, 2), "core_s": round(t2 - t1, 2),
             "core_records_per_s": round(records / (t2 - t1)), "decode_records_per_s": round(records / (t1 - t0))}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quick", action="store_true", help="a few small scenarios (~1-2 min)")
+    p.add_argument("--quick", action="store_true", help="a representative subset (a few minutes)")
     p.add_argument("--json", nargs="?", const="-", metavar="FILE", help="also write the JSON (to FILE or stdout)")
     p.add_argument("--only", default="", help="run only scenarios whose name contains this")
     p.add_argument("--verbose", action="store_true", help="one line per scenario on stderr")
+    p.add_argument("--save", metavar="DIR", help="write each scenario's capture, truth and alerts into DIR")
+    p.add_argument("--no-speed", action="store_true", help="skip the 256-rank decode/detect timing")
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     import river.anomaly  # noqa: F401  (warm the import: it is not part of detection time)
 
+    save = Path(args.save) if args.save else None
     results = []
-    for sc in scenarios(args.quick):
-        if args.only and args.only not in sc.name:
+    for case in all_cases(args.quick):
+        if args.only and args.only not in case.name:
             continue
-        res = run_one(sc, settings)
+        res = run_case(case, settings, save)
         results.append(res)
         if args.verbose:
-            miss = [t["kind"] for t in res["truths"] if not t["hit"]]
-            print(f"{res['name']:28s} {res['ranks']:5d} ranks  opened {res['opened']}  missed {miss}  "
-                  f"wrong {res['wrong']}  {res['records'] / max(res['detect_s'], 1e-9):,.0f} rec/s",
-                  file=sys.stderr)
-    summary = summarize(results)
-    summary["core_speed"] = core_speed(settings)
-    summary["runs"] = results
-    print(f"commwatch bench detect: {summary['scenarios']} scenarios, up to {summary['largest_ranks']} ranks")
-    print(f"{'kind':16s} {'exp':>4s} {'hit':>4s} {'false':>5s} {'prec':>6s} {'recall':>6s} {'f1':>6s} "
-          f"{'p50 s':>6s} {'p95 s':>6s} {'p50 it':>6s} {'p95 it':>6s}")
-
-    def f(x) -> str:
-        return "-" if x is None else f"{x:.2f}" if isinstance(x, float) else str(x)
-
-    for k, r in summary["kinds"].items():
-        print(f"{k:16s} {r['expected']:4d} {r['localized']:4d} {r['false']:5d} {f(r['precision']):>6s} "
-              f"{f(r['recall']):>6s} {f(r['f1']):>6s} {f(r['delay_s_p50']):>6s} {f(r['delay_s_p95']):>6s} "
-              f"{f(r['delay_it_p50']):>6s} {f(r['delay_it_p95']):>6s}")
-    print(f"healthy runs: {summary['healthy_runs']}, false incidents {summary['healthy_false_incidents']} "
-          f"(P0/P1: {summary['healthy_p0_p1']}); false incidents over all runs: {summary['false_incidents_all']}")
-    print(f"replay speed: {summary['records_per_s']:,} call records/s (decode + detect, one core; "
-          f"{summary['records']:,} records in {summary['detect_s']} s); simulation took {summary['simulate_s']} s")
-    cs = summary["core_speed"]
-    print(f"core only (256 ranks, {cs['records_per_message']} records/message): detect {cs['core_records_per_s']:,} "
-          f"records/s; decoding the messages alone {cs['decode_records_per_s']:,} records/s")
+            print(_line(res), file=sys.stderr, flush=True)
+    summary = summarize(results, sum(r["healthy_s"] for r in results) / 3600.0)
+    summary["by_family"] = {}
+    for family in sorted({r["family"] for r in results}):
+        mine = [r for r in results if r["family"] == family]
+        part = summarize(mine, sum(r["healthy_s"] for r in mine) / 3600.0)
+        summary["by_family"][family] = {"scenarios": len(mine), **part}
+    records = sum(r["records"] for r in results)
+    detect_s = sum(r["detect_s"] for r in results)
+    summary.update(scenarios=len(results), largest_ranks=max((r["ranks"] for r in results), default=0),
+                   records=records, detect_s=round(detect_s, 2),
+                   records_per_s=round(records / detect_s) if detect_s else 0,
+                   build_s=round(sum(r["build_s"] for r in results), 2),
+                   refused_messages=sum(r["refused"] for r in results))
+    if not args.no_speed and results:
+        summary["core_speed"] = core_speed(settings)
+    _print(summary)
     if args.json:
+        summary["runs"] = results
         text = json.dumps(summary, indent=1)
         if args.json == "-":
             print(text)
         else:
-            with open(args.json, "w", encoding="utf-8") as fh:
-                fh.write(text + "\n")
+            Path(args.json).write_text(text + "\n", encoding="utf-8")
     return 0
+
+
+def _line(res: dict) -> str:
+    missed = [f"{t['kind']}{t['ranks'] if t['kind'] != 'comm_hang' else ''}" for t in res["truths"] if not t["hit"]]
+    delays = [f"{t['kind']} {t['delay_s']:.1f}s" for t in res["truths"] if t["hit"]]
+    false = [f"{f['severity']} {f['kind']} {f['ranks'] or f['nodes'] or f['comm'][:6]} ({f['reason']})"
+             for f in res["false"]]
+    extra = ""
+    if res["ends"]:
+        e = res["ends"][0]
+        extra = f"  end: {e['resolved']}/{e['open_at_end']} resolved, {e['events_after_resolve']} after"
+    return (f"{res['name']:42s} {res['ranks']:4d}r  hit {delays or '-'}  missed {missed or '-'}  "
+            f"false {len(false)}{': ' + '; '.join(false[:4]) if false else ''}"
+            f"{'  advisories ' + str(len(res['advisories'])) if res['advisories'] else ''}{extra}")
+
+
+def _fmt(x) -> str:
+    return "-" if x is None else f"{x:.2f}" if isinstance(x, float) else str(x)
+
+
+def _print(s: dict) -> None:
+    print(f"commwatch bench detect: {s['scenarios']} scenarios, up to {s['largest_ranks']} ranks, "
+          f"{s['healthy_job_hours']} healthy job-hours")
+    print(f"{'kind':16s} {'exp':>4s} {'hit':>4s} {'false':>5s} {'P0/P1':>5s} {'prec':>5s} {'recall':>6s} "
+          f"{'P01/h':>6s} {'p50 s':>6s} {'p95 s':>6s} {'p50 it':>6s} {'p95 it':>6s}")
+    for k, r in s["kinds"].items():
+        print(f"{k:16s} {r['expected']:4d} {r['hits']:4d} {r['false']:5d} {r['false_p0_p1']:5d} "
+              f"{_fmt(r['precision']):>5s} {_fmt(r['recall']):>6s} {_fmt(r['false_p0_p1_per_healthy_job_hour']):>6s} "
+              f"{_fmt(r['delay_s_p50']):>6s} {_fmt(r['delay_s_p95']):>6s} {_fmt(r['delay_it_p50']):>6s} "
+              f"{_fmt(r['delay_it_p95']):>6s}")
+    h = s["hang"]
+    print(f"hangs: {h['exact_root']}/{h['injected']} exact root, {h['exactly_one_p0']} with exactly one P0, "
+          f"{_fmt(h['p0_per_hang'])} P0 per hang; beyond threshold p50 {_fmt(h['over_threshold_s_p50'])} s, "
+          f"p95 {_fmt(h['over_threshold_s_p95'])} s ({h['threshold_from_evidence']} thresholds from evidence), "
+          f"{h['before_threshold']} before it; by probe {h['by_mode']}; comm_hang with one P0 "
+          f"{h['comm_hang_exactly_one_p0']}")
+    print("controls: " + ", ".join(f"{k} {v['jobs']} jobs {v['p0_p1']} P0/P1" for k, v in s["controls"].items())
+          + f"; advisories {s['advisories']['total']} ({s['advisories']['in_unbalanced']} on unbalanced jobs; "
+          f"unbalanced jobs with exactly one: {s['advisories']['unbalanced_with_one']})")
+    for family, f in s["by_family"].items():
+        slow, fh = f["kinds"].get("slow_rank", {}), f["hang"]
+        print(f"  {family}: {f['scenarios']} scenarios; hang exact root {fh['exact_root']}/{fh['injected']} "
+              f"({fh['exactly_one_p0']} with one P0); slow_rank precision {_fmt(slow.get('precision'))} recall "
+              f"{_fmt(slow.get('recall'))}; P0/P1 on controls "
+              f"{sum(c['p0_p1'] for c in f['controls'].values())}")
+    e = s["job_ends"]
+    if e["jobs"]:
+        print(f"ended jobs: {e['jobs']}, open at end {e['open_at_end']}, resolved {e['resolved']} "
+              f"(p95 {_fmt(e['resolve_delay_s_p95'])} s after), events after resolve {e['events_after_resolve']}, "
+              f"opened after end {e['opened_after_end']}")
+    print("targets:")
+    for t in s["targets"]:
+        mark = "n/a " if t["value"] is None else "pass" if t["pass"] else "FAIL"
+        print(f"  [{mark}] {t['target']}: {_fmt(t['value'])} (goal {t['goal']})")
+    print(f"replay speed: {s['records_per_s']:,} call records/s (decode + detect, one core; {s['records']:,} records "
+          f"in {s['detect_s']} s); building the scenarios took {s['build_s']} s; refused messages "
+          f"{s['refused_messages']}")
+    cs = s.get("core_speed")
+    if cs:
+        print(f"core only (256 ranks, {cs['records_per_message']} records/message): detect "
+              f"{cs['core_records_per_s']:,} records/s; decoding the messages alone {cs['decode_records_per_s']:,} "
+              f"records/s")

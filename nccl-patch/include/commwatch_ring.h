@@ -3,6 +3,7 @@
  *
  * A 256-byte header followed by `capacity` 64-byte struct cw_record slots.
  * Fields marked (atomic) are accessed with __atomic builtins by writers.
+ * The writer holds an exclusive flock on the file for as long as it lives.
  */
 #ifndef COMMWATCH_RING_H_
 #define COMMWATCH_RING_H_
@@ -29,7 +30,7 @@ struct cw_ring_header {
   int32_t  pid;                         /*  48: writer pid */
   int32_t  rank;                        /*  52: global rank, -1 if unknown */
   uint32_t uid;                         /*  56: writer uid */
-  uint32_t reserved0;                   /*  60 */
+  uint32_t closed;                      /*  60: (atomic) 1 once the writer finalized: no more records */
   char     job_id[CW_RING_JOB_ID_LEN];  /*  64: NUL-padded */
   uint64_t commit_index;                /* 128: (atomic) every index below it is published */
   uint8_t  reserved1[120];              /* 136..255: zero */
@@ -46,7 +47,7 @@ _Static_assert(offsetof(struct cw_ring_header, heartbeat_ns) == 40, "heartbeat_n
 _Static_assert(offsetof(struct cw_ring_header, pid) == 48, "pid @48");
 _Static_assert(offsetof(struct cw_ring_header, rank) == 52, "rank @52");
 _Static_assert(offsetof(struct cw_ring_header, uid) == 56, "uid @56");
-_Static_assert(offsetof(struct cw_ring_header, reserved0) == 60, "reserved0 @60");
+_Static_assert(offsetof(struct cw_ring_header, closed) == 60, "closed @60");
 _Static_assert(offsetof(struct cw_ring_header, job_id) == 64, "job_id @64");
 _Static_assert(offsetof(struct cw_ring_header, commit_index) == 128, "commit_index @128");
 _Static_assert(offsetof(struct cw_ring_header, reserved1) == 136, "reserved1 @136");

@@ -3,9 +3,10 @@
  * the layout documented in NVIDIA/nccl plugins/profiler/README.md and the
  * example plugin's profiler_v4.h / profiler_v5.h / profiler_v6.h.
  *
- * Only field order and types matter for binary compatibility; every union
- * member that can change the union's size or alignment is declared. The
- * static asserts pin the offsets this plugin reads (LP64).
+ * Only field order and types matter for binary compatibility. The union
+ * members this plugin reads are declared, plus the largest member of each
+ * version so the union has its real size. The static asserts pin the offsets
+ * this plugin reads (LP64).
  */
 #ifndef COMMWATCH_NCCL_PROFILER_ABI_H_
 #define COMMWATCH_NCCL_PROFILER_ABI_H_
@@ -39,24 +40,31 @@ typedef void (*ncclDebugLogger_t)(ncclDebugLogLevel level, unsigned long flags,
 
 /* Event type bits (eActivationMask and descriptor `type`). */
 enum {
-  ncclProfileGroup     = 1 << 0,
-  ncclProfileColl      = 1 << 1,
-  ncclProfileP2p       = 1 << 2,
-  ncclProfileProxyOp   = 1 << 3,
-  ncclProfileProxyStep = 1 << 4,
-  ncclProfileProxyCtrl = 1 << 5,
-  ncclProfileKernelCh  = 1 << 6,
-  ncclProfileNetPlugin = 1 << 7,
+  ncclProfileGroup        = 1 << 0,
+  ncclProfileColl         = 1 << 1,  /* task event: host enqueue of a collective */
+  ncclProfileP2p          = 1 << 2,  /* task event: host enqueue of a send or recv */
+  ncclProfileProxyOp      = 1 << 3,  /* proxy thread, per channel with network work */
+  ncclProfileProxyStep    = 1 << 4,  /* proxy thread, per network transfer */
+  ncclProfileProxyCtrl    = 1 << 5,  /* proxy thread housekeeping */
+  ncclProfileKernelCh     = 1 << 6,  /* device work of one channel, GPU timestamps */
+  ncclProfileNetPlugin    = 1 << 7,  /* network plugin's own events */
+  ncclProfileGroupApi     = 1 << 8,  /* v5+: API-level events, carry graphCaptured */
+  ncclProfileCollApi      = 1 << 9,
+  ncclProfileP2pApi       = 1 << 10,
+  ncclProfileKernelLaunch = 1 << 11,
+  ncclProfileCeColl       = 1 << 12, /* v6: copy-engine collectives */
+  ncclProfileCeSync       = 1 << 13,
+  ncclProfileCeBatch      = 1 << 14,
 };
 
-/* Event states (only the one we act on is named; the enum is int-sized). */
+/* Event states: only the one this plugin acts on is named; the enum is int-sized. */
 typedef enum {
   ncclProfilerKernelChStop = 22,
   ncclProfilerStateIntSized = 0x7fffffff,
 } ncclProfilerEventState_t;
 
-/* Union members shared by v4, v5 and v6 descriptors. v4's coll and p2p end
- * before parentGroup; the fields this plugin reads sit at the same offsets. */
+/* Task-event members. v4's coll and p2p end before parentGroup; the fields this
+ * plugin reads sit at the same offsets in every version. */
 struct cw_abi_coll {
   uint64_t seqNumber;
   const char* func;
@@ -102,11 +110,11 @@ struct cw_abi_p2p_v4 {
   const char* datatype;
   size_t count;
   int peer;
-  uint8_t nChannels;
+  uint8_t nChannels; /* newer NCCL's v4 shim does not fill it in: not trusted */
 };
 
 struct cw_abi_proxy_op {
-  pid_t pid;
+  pid_t pid; /* PXN: another process's op; its parentObj is not ours */
   uint8_t channelId;
   int peer;
   int nSteps;
@@ -122,6 +130,40 @@ struct cw_abi_kernel_ch {
 struct cw_abi_net_plugin {
   int64_t id;
   void* data;
+};
+
+/* v5+ API events: emitted once per API call, at capture time for a CUDA graph. */
+struct cw_abi_coll_api {
+  const char* func;
+  size_t count;
+  const char* datatype;
+  int root;
+  void* stream;
+  bool graphCaptured;
+};
+
+struct cw_abi_p2p_api {
+  const char* func;
+  size_t count;
+  const char* datatype;
+  void* stream;
+  bool graphCaptured;
+};
+
+struct cw_abi_ce_coll { /* v6, the largest member: sizes the union */
+  uint64_t seqNumber;
+  const char* func;
+  const void* sendBuff;
+  void* recvBuff;
+  size_t count;
+  int root;
+  const char* datatype;
+  const char* syncStrategy;
+  bool intraBatchSync;
+  uint32_t batchSize;
+  uint32_t numBatches;
+  uint32_t ceSeqNum;
+  void* stream;
 };
 
 /* ---- v4 (NCCL 2.26 / 2.27) ---- */
@@ -146,10 +188,8 @@ typedef struct {
   int rank;
   union {
     struct { bool graphCaptured; int groupDepth; } groupApi;
-    struct { const char* func; size_t count; const char* datatype; int root;
-             void* stream; bool graphCaptured; } collApi;
-    struct { const char* func; size_t count; const char* datatype;
-             void* stream; bool graphCaptured; } p2pApi;
+    struct cw_abi_coll_api collApi;
+    struct cw_abi_p2p_api p2pApi;
     struct { void* stream; } kernelLaunch;
     struct cw_abi_coll coll;
     struct cw_abi_p2p p2p;
@@ -160,23 +200,23 @@ typedef struct {
   };
 } ncclProfilerEventDescr_v5_t;
 
-/* ---- v6 (NCCL 2.29): v5 plus copy-engine members in the union ---- */
+/* ---- v6 (NCCL 2.29): v5 plus copy-engine members ---- */
 typedef struct {
   uint64_t type;
   void* parentObj;
   int rank;
   union {
+    struct { bool graphCaptured; int groupDepth; } groupApi;
+    struct cw_abi_coll_api collApi;
+    struct cw_abi_p2p_api p2pApi;
+    struct { void* stream; } kernelLaunch;
     struct cw_abi_coll coll;
     struct cw_abi_p2p p2p;
+    struct cw_abi_proxy_op proxyOp;
+    struct { int step; } proxyStep;
     struct cw_abi_kernel_ch kernelCh;
-    struct { uint8_t channelId; uint8_t isSend; uint8_t peer; uint32_t step;
-             uint32_t size; uint64_t startTs; uint64_t readyTs; } kernelStep;
-    struct { uint64_t seqNumber; const char* func; const void* sendBuff; void* recvBuff;
-             size_t count; int root; const char* datatype; const char* syncStrategy;
-             bool intraBatchSync; uint32_t batchSize; uint32_t numBatches;
-             uint32_t ceSeqNum; void* stream; } ceColl;
-    struct { bool isComplete; int nRanks; } ceCollSync;
-    struct { int numOps; size_t totalBytes; bool useIntraSync; } ceCollBatch;
+    struct cw_abi_net_plugin netPlugin;
+    struct cw_abi_ce_coll ceColl;
   };
 } ncclProfilerEventDescr_v6_t;
 
@@ -186,7 +226,6 @@ typedef union {
   struct { int appendedProxyOps; } proxyCtrl;
   struct { void* data; } netPlugin;
   struct { uint64_t pTimer; } kernelCh;
-  struct { uint64_t pTimer; } kernelStep;
 } ncclProfilerEventStateArgs_t;
 
 typedef struct {
@@ -233,6 +272,7 @@ _Static_assert(offsetof(ncclProfilerEventDescr_v4_t, rank) == 16, "v4 rank");
 _Static_assert(offsetof(ncclProfilerEventDescr_v4_t, coll) == 24, "v4 union");
 _Static_assert(offsetof(ncclProfilerEventDescr_v5_t, coll) == 24, "v5 union");
 _Static_assert(offsetof(ncclProfilerEventDescr_v6_t, coll) == 24, "v6 union");
+_Static_assert(sizeof(ncclProfilerEventDescr_v6_t) == 24 + 88, "v6 union is ceColl-sized");
 _Static_assert(offsetof(struct cw_abi_coll, count) == 32, "coll.count");
 _Static_assert(offsetof(struct cw_abi_coll, root) == 40, "coll.root");
 _Static_assert(offsetof(struct cw_abi_coll, datatype) == 48, "coll.datatype");
@@ -241,6 +281,8 @@ _Static_assert(offsetof(struct cw_abi_p2p, count) == 24, "p2p.count");
 _Static_assert(offsetof(struct cw_abi_p2p, peer) == 32, "p2p.peer");
 _Static_assert(offsetof(struct cw_abi_p2p, nChannels) == 36, "p2p.nChannels");
 _Static_assert(offsetof(struct cw_abi_kernel_ch, pTimer) == 8, "kernelCh.pTimer");
+_Static_assert(offsetof(struct cw_abi_coll_api, graphCaptured) == 40, "collApi.graphCaptured");
+_Static_assert(offsetof(struct cw_abi_p2p_api, graphCaptured) == 32, "p2pApi.graphCaptured");
 _Static_assert(offsetof(struct cw_abi_coll_v4, nChannels) == offsetof(struct cw_abi_coll, nChannels), "v4 coll");
 _Static_assert(offsetof(struct cw_abi_p2p_v4, nChannels) == offsetof(struct cw_abi_p2p, nChannels), "v4 p2p");
 #endif

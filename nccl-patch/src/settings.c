@@ -35,6 +35,21 @@ static int load_pow2(const char* name, uint64_t def, uint64_t lo, uint64_t hi,
   return 0;
 }
 
+static int load_range(const char* name, uint32_t def, uint32_t lo, uint32_t hi, uint32_t* out,
+                      char* err, size_t err_len) {
+  const char* text = getenv(name);
+  uint64_t v = def;
+  if (text != NULL && text[0] != '\0') {
+    if (parse_u64(text, &v) != 0 || v < lo || v > hi) {
+      snprintf(err, err_len, "%s='%s' is invalid: expected an integer between %u and %u (default %u)",
+               name, text, lo, hi, def);
+      return -1;
+    }
+  }
+  *out = (uint32_t)v;
+  return 0;
+}
+
 static int valid_job_id(const char* id) {
   size_t n = strlen(id);
   if (n == 0 || n > 63) return 0;
@@ -112,6 +127,24 @@ int cw_settings_load(struct cw_settings* s, char* err, size_t err_len,
     }
     s->gpu_timing = text[0] == '1';
   }
+
+  s->use_tsc = 1;
+  text = getenv("COMMWATCH_CLOCK");
+  if (text != NULL && text[0] != '\0') {
+    if (strcmp(text, "auto") != 0 && strcmp(text, "realtime") != 0) {
+      snprintf(err, err_len, "COMMWATCH_CLOCK='%s' is invalid: expected auto or realtime (default auto)",
+               text);
+      return -1;
+    }
+    s->use_tsc = strcmp(text, "auto") == 0;
+  }
+
+  if (load_range("COMMWATCH_COMPLETION_TIMEOUT_MS", CW_DEFAULT_TIMEOUT_MS, CW_MIN_TIMEOUT_MS,
+                 CW_MAX_TIMEOUT_MS, &s->timeout_ms, err, err_len) != 0)
+    return -1;
+  if (load_range("COMMWATCH_CHANNEL_GRACE_MS", CW_DEFAULT_GRACE_MS, CW_MIN_GRACE_MS,
+                 CW_MAX_GRACE_MS, &s->grace_ms, err, err_len) != 0)
+    return -1;
 
   load_rank(s, warn, warn_len);
   return 0;

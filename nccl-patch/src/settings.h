@@ -14,6 +14,12 @@
 #define CW_MIN_MAX_INFLIGHT      64u
 #define CW_MAX_MAX_INFLIGHT      (1u << 20)
 #define CW_RING_DIR_MAX          512
+#define CW_DEFAULT_TIMEOUT_MS    300000u /* 5 minutes */
+#define CW_MIN_TIMEOUT_MS        10u
+#define CW_MAX_TIMEOUT_MS        86400000u
+#define CW_DEFAULT_GRACE_MS      10u
+#define CW_MIN_GRACE_MS          1u
+#define CW_MAX_GRACE_MS          10000u
 
 struct cw_settings {
   char ring_dir[CW_RING_DIR_MAX]; /* COMMWATCH_RING_DIR */
@@ -21,6 +27,9 @@ struct cw_settings {
   uint64_t ring_capacity;         /* COMMWATCH_RING_CAPACITY, power of two */
   uint32_t max_inflight;          /* COMMWATCH_MAX_INFLIGHT, power of two */
   int gpu_timing;                 /* COMMWATCH_GPU_TIMING, 0 or 1 */
+  int use_tsc;                    /* COMMWATCH_CLOCK: 1 auto (TSC where the kernel uses it), 0 realtime */
+  uint32_t timeout_ms;            /* COMMWATCH_COMPLETION_TIMEOUT_MS */
+  uint32_t grace_ms;              /* COMMWATCH_CHANNEL_GRACE_MS */
   int32_t rank;                   /* RANK | OMPI_COMM_WORLD_RANK | SLURM_PROCID | -1 */
   const char* rank_source;        /* name of the variable the rank came from, or "none" */
 };

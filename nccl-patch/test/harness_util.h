@@ -34,6 +34,11 @@ static inline int64_t real_ns(void) {
 
 static inline uint64_t gpu_ns(void) { return (uint64_t)(real_ns() - GPU_EPOCH_SHIFT); }
 
+static inline void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+  nanosleep(&ts, NULL);
+}
+
 static inline int plugin_load(struct plugin* p, const char* path) {
   memset(p, 0, sizeof(*p));
   p->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -47,12 +52,15 @@ static inline int plugin_load(struct plugin* p, const char* path) {
   return 0;
 }
 
-static inline void* coll5(struct plugin* p, void* ctx, const char* func, uint64_t nccl_seq,
-                          size_t count, const char* dtype, int root, uint8_t nch) {
+/* A Coll task event whose parent is `parent` (the CollApi handle in v5+). */
+static inline void* coll5p(struct plugin* p, void* ctx, void* parent, const char* func,
+                           uint64_t nccl_seq, size_t count, const char* dtype, int root,
+                           uint8_t nch) {
   ncclProfilerEventDescr_v5_t d;
   void* h = NULL;
   memset(&d, 0, sizeof(d));
   d.type = ncclProfileColl;
+  d.parentObj = parent;
   d.coll.seqNumber = nccl_seq;
   d.coll.func = func;
   d.coll.count = count;
@@ -65,17 +73,62 @@ static inline void* coll5(struct plugin* p, void* ctx, const char* func, uint64_
   return h;
 }
 
-static inline void* p2p5(struct plugin* p, void* ctx, const char* func, size_t count,
-                         const char* dtype, int peer, uint8_t nch) {
+static inline void* coll5(struct plugin* p, void* ctx, const char* func, uint64_t nccl_seq,
+                          size_t count, const char* dtype, int root, uint8_t nch) {
+  return coll5p(p, ctx, NULL, func, nccl_seq, count, dtype, root, nch);
+}
+
+static inline void* p2p5p(struct plugin* p, void* ctx, void* parent, const char* func,
+                          size_t count, const char* dtype, int peer, uint8_t nch) {
   ncclProfilerEventDescr_v5_t d;
   void* h = NULL;
   memset(&d, 0, sizeof(d));
   d.type = ncclProfileP2p;
+  d.parentObj = parent;
   d.p2p.func = func;
   d.p2p.count = count;
   d.p2p.datatype = dtype;
   d.p2p.peer = peer;
   d.p2p.nChannels = nch;
+  p->v5->startEvent(ctx, &h, &d);
+  return h;
+}
+
+static inline void* p2p5(struct plugin* p, void* ctx, const char* func, size_t count,
+                         const char* dtype, int peer, uint8_t nch) {
+  return p2p5p(p, ctx, NULL, func, count, dtype, peer, nch);
+}
+
+/* A CollApi (is_p2p 0) or P2pApi event, as NCCL emits at the API call. */
+static inline void* api5(struct plugin* p, void* ctx, int is_p2p, int graph_captured) {
+  ncclProfilerEventDescr_v5_t d;
+  void* h = NULL;
+  memset(&d, 0, sizeof(d));
+  if (is_p2p) {
+    d.type = ncclProfileP2pApi;
+    d.p2pApi.func = "Send";
+    d.p2pApi.graphCaptured = graph_captured != 0;
+  } else {
+    d.type = ncclProfileCollApi;
+    d.collApi.func = "AllReduce";
+    d.collApi.graphCaptured = graph_captured != 0;
+  }
+  p->v5->startEvent(ctx, &h, &d);
+  return h;
+}
+
+/* Any other event type with a parent (ProxyOp, ProxyStep, NetPlugin, ...). */
+static inline void* other5(struct plugin* p, void* ctx, uint64_t type, void* parent) {
+  ncclProfilerEventDescr_v5_t d;
+  void* h = (void*)0x1; /* must be overwritten */
+  memset(&d, 0, sizeof(d));
+  d.type = type;
+  d.parentObj = parent;
+  if (type == ncclProfileProxyOp) {
+    d.proxyOp.pid = getpid();
+    d.proxyOp.channelId = 1;
+    d.proxyOp.nSteps = 4;
+  }
   p->v5->startEvent(ctx, &h, &d);
   return h;
 }
@@ -92,7 +145,7 @@ static inline void* kch5(struct plugin* p, void* ctx, void* parent, uint8_t ch, 
   return h;
 }
 
-/* What NCCL's proxy does when it sees a channel finish: stamp, then stop. */
+/* What NCCL's profiler thread does when it sees a channel finish: stamp, then stop. */
 static inline void kch_end(struct plugin* p, void* h, uint64_t ptimer) {
   ncclProfilerEventStateArgs_t a;
   memset(&a, 0, sizeof(a));

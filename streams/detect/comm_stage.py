@@ -76,13 +76,16 @@ class CommStage:
 
     # ------------------------------------------------------------------------------
     def feed(self, msg, decoded, now_ns: int) -> list[dict]:
+        """One message at the job's `now_ns`; what it says happened at its own event time
+        (its timestamp, never later than now): that is when its ranks made progress."""
+        stamp = min(msg.ts_ns, now_ns)
         if isinstance(decoded, CallBatch):
-            return self.feed_calls(decoded, now_ns)
+            return self.feed_calls(decoded, now_ns, stamp)
         if isinstance(decoded, dict) and "ranks" in decoded and "node" in decoded:
-            return self.feed_progress(decoded, now_ns)
+            return self.feed_progress(decoded, now_ns, stamp)
         return []
 
-    def feed_calls(self, batch: CallBatch, now_ns: int) -> list[dict]:
+    def feed_calls(self, batch: CallBatch, now_ns: int, stamp: int | None = None) -> list[dict]:
         """Buffer the batch; a comm's batches are folded in together (at a tick, or once
         `FLUSH_RECORDS` are pending), so the per-batch numpy overhead is paid rarely."""
         key = (batch.job, batch.comm)
@@ -91,7 +94,7 @@ class CommStage:
         if not st.pending:
             st.pending_since = now_ns
             self._dirty.add(key)
-        st.pending.append(batch.value)
+        st.pending.append((batch.value, now_ns if stamp is None else stamp, batch.count))
         st.pending_n += batch.count
         if st.pending_n >= FLUSH_RECORDS:
             return self._flush(st, now_ns)
@@ -102,10 +105,12 @@ class CommStage:
         if not st.pending:
             return []
         h = wire.BATCH_HEADER_SIZE
-        recs = np.frombuffer(b"".join([v[h:] for v in st.pending]), dtype=wire.RECORD_DTYPE)
+        recs = np.frombuffer(b"".join([v[h:] for v, _, _ in st.pending]), dtype=wire.RECORD_DTYPE)
+        ts = np.repeat(np.fromiter((t for _, t, _ in st.pending), np.int64, len(st.pending)),
+                       np.fromiter((n for _, _, n in st.pending), np.int64, len(st.pending)))
         st.pending, st.pending_n = [], 0
         out: list[dict] = []
-        for a, b in st.apply_records(recs, now_ns):
+        for a, b in st.apply_records(recs, ts):
             rep = window_report(st, a, b, now_ns)
             if rep is not None:
                 out.append(rep)
@@ -113,12 +118,12 @@ class CommStage:
             out.extend(p2p_reports(st, now_ns, P2P_WINDOW_NS, P2P_LAG_NS))
         return out
 
-    def feed_progress(self, hb: dict, now_ns: int) -> list[dict]:
+    def feed_progress(self, hb: dict, now_ns: int, stamp: int | None = None) -> list[dict]:
         job, node = hb["job"], hb["node"]
         st = self.state(job, int(hb["comm"], 16))
         st.last_seen_ns = now_ns
         out = self._flush(st, now_ns) if st.pending else []  # records first: they are older
-        st.apply_progress(hb, now_ns)
+        st.apply_progress(hb, now_ns if stamp is None else stamp)
         last = self._node_seen.get((job, node), 0)
         if now_ns - last >= self.settings.heartbeat_period_s * 1e9 * 0.9:
             self._node_seen[(job, node)] = now_ns

@@ -131,7 +131,7 @@ class CommState:
         self._q = (0.0, 0.0)
         self._q_at = 0
         self.offset_windows = 0
-        self.pending: list[bytes] = []  # raw call batches (header and records) not yet applied
+        self.pending: list[tuple[bytes, int, int]] = []  # call batches not yet applied: (raw, event time, count)
         self.pending_n = 0
         self.pending_since = 0
         self.last_seen_ns = 0
@@ -207,20 +207,30 @@ class CommState:
         return _footprint(self)
 
     # --- time passing -----------------------------------------------------------------
-    def _advanced(self, slots: np.ndarray, now_ns: int) -> None:
-        """Members whose counters moved: gaps since their previous move, for the cadence."""
+    def _advanced(self, slots: np.ndarray, times: np.ndarray) -> None:
+        """Members made progress at `times` (aligned with `slots`, which may repeat): the
+        intervals between a member's progress feed the cadence (the first counted from the
+        comm's start), and `adv_ns` keeps the latest."""
         if not len(slots):
             return
-        prev = self.adv_ns[slots]
-        base = np.where(prev > 0, prev, self.first_ns)
-        g = (now_ns - base).astype(np.float64)
+        order = np.lexsort((times, slots))
+        sl, t = slots[order], times[order]
+        first = np.ones(len(sl), bool)
+        first[1:] = sl[1:] != sl[:-1]
+        prev = np.empty_like(t)
+        prev[1:] = t[:-1]
+        base = self.adv_ns[sl[first]]
+        prev[first] = np.where(base > 0, base, self.first_ns)
+        g = (t - prev).astype(np.float64)
         g = g[g > 0]
         if len(g):
             g = g[-GAP_RING:]
             idx = (self.ngaps + np.arange(len(g))) % GAP_RING
             self.gaps[idx] = g
             self.ngaps += len(g)
-        self.adv_ns[slots] = now_ns
+        last = np.ones(len(sl), bool)
+        last[:-1] = sl[1:] != sl[:-1]
+        self.adv_ns[sl[last]] = np.maximum(self.adv_ns[sl[last]], t[last])
 
     def gap_quantiles(self) -> tuple[float, float]:
         """(p50, p99) of recent intervals between a member's progress (entries or completions),
@@ -231,28 +241,41 @@ class CommState:
             self._q_at = self.ngaps
         return self._q
 
-    def _d_update(self, now_ns: int) -> None:
+    def _d_update(self, done_at: int, entered_at: int) -> None:
+        """After counters moved: `done_at` is when the latest completions were made,
+        `entered_at` when the earliest entries were."""
         if not self.n:
             return
         d = int(self.completed.max())
         if d > self.d_max:
             self.d_max = d
-            self.d_adv_ns = now_ns
+            self.d_adv_ns = max(self.d_adv_ns, done_at)
             self.open_since = 0
         if self.open_since == 0 and int(self.started.max()) > self.d_max:
-            self.open_since = now_ns
+            self.open_since = max(entered_at, self.d_adv_ns)
 
     # --- records ----------------------------------------------------------------------
-    def apply_records(self, recs: np.ndarray, now_ns: int) -> list[tuple[int, int]]:
-        """Fold records in; returns the (first, end) seq ranges of collective windows now closed."""
+    def apply_records(self, recs: np.ndarray, ts: np.ndarray) -> list[tuple[int, int]]:
+        """Fold records in, each seen at `ts` (its message's event time, aligned with `recs`);
+        returns the (first, end) seq ranges of collective windows now closed."""
         if not len(recs):
             return []
         sane = recs["seq"] < MAX_SEQ
         if not sane.all():
             self.dropped["seq_absurd"] += int((~sane).sum())
-            recs = recs[sane]
+            recs, ts = recs[sane], ts[sane]
+            if not len(recs):
+                return []
         cr = recs["comm_rank"].astype(np.int64)
-        self._set_size(max(int(recs["nranks"].max()), int(cr.max()) + 1))
+        nranks = recs["nranks"].astype(np.int64)
+        sane = (nranks >= 1) & (nranks <= MAX_COMM_RANKS) & (cr >= -1) & (cr < nranks)
+        if not sane.all():  # decoding refuses these; the core never trusts it to
+            self.dropped["record_absurd"] += int((~sane).sum())
+            recs, ts, cr, nranks = recs[sane], ts[sane], cr[sane], nranks[sane]
+            if not len(recs):
+                return []
+        now_ns = int(ts.min())
+        self._set_size(int(nranks.max()))
         rank = recs["rank"].astype(np.int64)
         rank = np.where(rank >= 0, rank, -2 - cr)  # rank unknown: keyed by comm rank (shown negative)
         slot = self.slots_of(rank, now_ns)
@@ -270,9 +293,10 @@ class CommState:
             if gone.any():
                 self.left[slot[gone]] = True
             calls = kinds == wire.KIND_CALL
-            recs, slot = recs[calls], slot[calls]
+            recs, slot, ts = recs[calls], slot[calls], ts[calls]
             if not len(recs):
                 return []
+        self._advanced(slot, ts)  # any call record of a member is progress
         flags = recs["flags"].astype(np.int64)
         done = (flags & (wire.FLAG_COMPLETED | wire.FLAG_COMPLETION_LOST)) != 0
         observed = (flags & wire.FLAG_COMPLETED) != 0
@@ -281,32 +305,36 @@ class CommState:
         ops = recs["op"]
         p2p = (ops == wire.OP_SEND) | (ops == wire.OP_RECV)
         if p2p.any():
-            self._apply_p2p(recs[p2p], slot[p2p], done[p2p], timed[p2p], now_ns)
+            self._apply_p2p(recs[p2p], slot[p2p], done[p2p], timed[p2p], ts[p2p])
         coll = ~p2p
         if not coll.any():
             return []
         self.p2p_only = False
-        return self._apply_collectives(recs[coll], slot[coll], done[coll], observed[coll], timed[coll], now_ns)
+        return self._apply_collectives(recs[coll], slot[coll], done[coll], observed[coll], timed[coll], ts[coll])
 
     def _apply_collectives(self, c: np.ndarray, slot: np.ndarray, done: np.ndarray, observed: np.ndarray,
-                           timed: np.ndarray, now_ns: int) -> list[tuple[int, int]]:
+                           timed: np.ndarray, ts: np.ndarray) -> list[tuple[int, int]]:
         seq = c["seq"].astype(np.int64)
         erow = seq % self.rows
         self.etag[erow] = seq
         self.eop[erow] = c["op"]
         ls, lseq = _last_per_key(slot, seq)
-        moved = ls[lseq > self.started[ls]]
         self.started[ls] = np.maximum(self.started[ls], lseq)
+        old_d = self.d_max
         if done.any():
-            ds, dseq = _last_per_key(slot[done], seq[done])
+            ds, dseq = slot[done], seq[done]
             newer = dseq > self.completed[ds]
-            self.completed[ds] = np.maximum(self.completed[ds], dseq)
-            self.done_adv_ns[ds[newer]] = now_ns
-            moved = np.union1d(moved, ds[newer])
+            if newer.any():
+                ks, kt = _last_per_key(ds[newer], ts[done][newer])
+                self.done_adv_ns[ks] = np.maximum(self.done_adv_ns[ks], kt)
+            ks, kq = _last_per_key(ds, dseq)
+            self.completed[ks] = np.maximum(self.completed[ks], kq)
             if observed.any():
                 self.ever_done[slot[observed]] = True
-        self._advanced(moved, now_ns)
-        self._d_update(now_ns)
+        beyond = seq > max(old_d, int(self.completed.max()) if self.n else -1)
+        adv = done & (seq > old_d)
+        self._d_update(int(ts[adv].max()) if adv.any() else int(ts.max()),
+                       int(ts[beyond].min()) if beyond.any() else int(ts.max()))
         if not done.any():
             return []
         # instance ring: completed records (the latest record of a call carries its real times)
@@ -336,29 +364,29 @@ class CommState:
         self.bytes[row] = c["bytes"]
         return self._advance()
 
-    def _apply_p2p(self, c: np.ndarray, slot: np.ndarray, done: np.ndarray, timed: np.ndarray, now_ns: int) -> None:
+    def _apply_p2p(self, c: np.ndarray, slot: np.ndarray, done: np.ndarray, timed: np.ndarray, ts: np.ndarray) -> None:
         peer_cr = c["peer"].astype(np.int64)
         inside = (peer_cr >= 0) & (peer_cr < self.size)
         if not inside.all():
             self.dropped["p2p_peer_unknown"] += int((~inside).sum())
-            c, slot, done, timed, peer_cr = c[inside], slot[inside], done[inside], timed[inside], peer_cr[inside]
+            c, slot, done, timed, peer_cr, ts = c[inside], slot[inside], done[inside], timed[inside], peer_cr[inside], ts[inside]
         if not len(c):
             return
         peer = self.cr_slot[peer_cr]
         seen = peer >= 0
         if not seen.all():  # the peer's comm rank is not mapped to a rank yet: its counters come again
             self.dropped["p2p_peer_unseen"] += int((~seen).sum())
-            c, slot, done, timed, peer = c[seen], slot[seen], done[seen], timed[seen], peer[seen]
+            c, slot, done, timed, peer, ts = c[seen], slot[seen], done[seen], timed[seen], peer[seen], ts[seen]
             if not len(c):
                 return
         is_recv = (c["op"] == wire.OP_RECV).astype(np.int64)
         seq = c["seq"].astype(np.int64)
         key = (slot << 33) | ((peer & 0xFFFFFFFF) << 1) | is_recv
         ks, ss = _last_per_key(key, seq)
+        _, kts = _last_per_key(key, ts)
         dks, dss = _last_per_key(key[done], seq[done]) if done.any() else (ks[:0], ss[:0])
         comp = dict(zip(dks.tolist(), dss.tolist()))
-        moved = []
-        for k, s in zip(ks.tolist(), ss.tolist()):
+        for k, s, t in zip(ks.tolist(), ss.tolist(), kts.tolist()):
             p = (k >> 1) & 0xFFFFFFFF
             ch = (k >> 33, p - (1 << 32) if p >= 0x80000000 else p, k & 1)
             st = self.p2p.get(ch)
@@ -367,18 +395,13 @@ class CommState:
                     self.dropped["p2p_channels_full"] += 1
                     continue
                 st = self.p2p[ch] = [-1, -1, 0]
-            if s > st[0]:
-                st[0] = s
-                moved.append(ch[0])
+            st[0] = max(st[0], s)
             cs = comp.get(k)
             if cs is not None and cs > st[1]:
                 st[1] = cs
                 st[2] = 0
-                moved.append(ch[0])
             if st[0] > st[1] and st[2] == 0:
-                st[2] = now_ns
-        if moved:
-            self._advanced(np.unique(np.asarray(moved, np.int64)), now_ns)
+                st[2] = t
         # time inside a recv is time waiting for data; a send is posted and overlaps compute
         recv_timed = timed & (is_recv == 1)
         if recv_timed.any() and self.p2p_iv_n < MAX_P2P_INTERVALS:
@@ -391,6 +414,7 @@ class CommState:
 
     # --- heartbeats -------------------------------------------------------------------
     def apply_progress(self, hb: dict, now_ns: int) -> None:
+        """A heartbeat sent at `now_ns` (its event time): counters that moved are progress."""
         node = hb["node"]
         entries = hb["ranks"]
         if not entries:
@@ -431,8 +455,9 @@ class CommState:
                     if st[0] > st[1] and st[2] == 0:
                         st[2] = now_ns
         if moved:
-            self._advanced(np.unique(np.asarray(moved, np.int64)), now_ns)
-        self._d_update(now_ns)
+            m = np.unique(np.asarray(moved, np.int64))
+            self._advanced(m, np.full(len(m), now_ns, np.int64))
+        self._d_update(now_ns, now_ns)
 
     # --- windows ----------------------------------------------------------------------
     def _advance(self) -> list[tuple[int, int]]:

@@ -23,6 +23,16 @@ def _lateness(lag: dict[int, float], world: int) -> dict:
     return {"bin": size, "values_ms": [None if v is None else round(v, 3) for v in values]}
 
 
+def comm_kind(members: list[int], coords: dict[int, dict]) -> str:
+    """`tp`, `pp`, `dp`, ... : the one parallel coordinate that varies among a comm's members
+    (from the topology's `coords`); `world` when several vary; "" when unknown."""
+    known = [coords[r] for r in members if r in coords]
+    if len(known) < 2 or len(known) < len(members):
+        return ""
+    varying = [k for k in known[0] if len({c.get(k) for c in known}) > 1]
+    return varying[0] if len(varying) == 1 else "world" if varying else ""
+
+
 def snapshot(js, now_ns: int, drops: dict[str, int] | None = None) -> dict:
     """The health of one job (`JobState` of `job_stage.py`)."""
     book = js.book
@@ -47,10 +57,11 @@ def snapshot(js, now_ns: int, drops: dict[str, int] | None = None) -> dict:
         exited.update(c["exited"])
     comms = []
     for comm, c in js.comms.items():
+        kind = comm_kind(c["members"], js.coords)
         w = js.waits.get(comm)
         since = min((i["since_ns"] for i in w["instances"]), default=now_ns) if w else now_ns
         inside = len({r for i in w["instances"] for r in i["entered"]}) if w else 0
-        comms.append({"comm": comm, "members": len(c["members"]), "nodes": c["nodes"], "started": c["s"],
+        comms.append({"comm": comm, "kind": kind, "members": len(c["members"]), "nodes": c["nodes"], "started": c["s"],
                       "completed": c["d"], "inside": inside, "blocked_s": round(max(now_ns - since, 0) / 1e9, 2),
                       "last_progress_ns": int(c.get("last_ns", 0))})
     comms.sort(key=lambda c: (-c["blocked_s"], c["comm"]))

@@ -271,10 +271,18 @@ class JobStage:
                 out.extend(js.book.resolve(("node_lost", node), now_ns))
         return lost
 
+    def _reporting(self, js: JobState, now_ns: int) -> set[str]:
+        """Nodes whose heartbeats are current: what they say of their ranks is news."""
+        limit = self.settings.node_lost_periods * self.settings.heartbeat_period_s * 1e9
+        return {n for n, seen in js.node_seen.items() if now_ns - seen < limit}
+
     def _hangs(self, js: JobState, now_ns: int, lost: set[str], out: list) -> None:
         js.analysis = None
         if not js.waits:
             return
+        reporting = self._reporting(js, now_ns)
+        if js.node_seen and not reporting:
+            return  # nobody reports any more: the job ended or the pipeline lost it, not a hang
         thr = js.threshold_ns
         exited = self._exited(js)
         stuck = self._stuck(js)
@@ -303,6 +311,7 @@ class JobStage:
         if roots:
             self._assert_hang(js, now_ns, an, roots, waited, thr, out)
         comm_roots = [x for x in an.comm_roots if not lost.intersection(js.comms.get(x.comm, {}).get("nodes", ()))
+                      and set(js.comms.get(x.comm, {}).get("nodes") or ()) <= reporting
                       and not (exited & set(x.entered)) and now_ns - x.since_ns >= thr]
         if comm_roots:
             x = min(comm_roots, key=lambda i: (i.since_ns, i.comm))

@@ -5,12 +5,11 @@ slowdown, and since when: two interchangeable models, chosen by the `slow_model`
   and in each new window; a slow rank once hot over max(`slow_windows`, `MIN_STREAK`) new
   windows in a row and `SLOW_MIN_NS` of event time (a GC pause lasts one or two windows),
   or at once when >= `FAST_RATIO` in two new windows in a row.
-- `river`: the same evidence, decided by online models: a Page-Hinkley drift detector
-  (`river.drift.PageHinkley`, upward) per rank learns the rank's normal ratio and flags
-  the onset of a rise as soon as it is significant (no fixed count of windows), and the
-  job-wide noise of healthy ratios (`river.stats.EWVar`) raises the threshold in noisy jobs
-  (1 + max(`slow_impact`, `NOISE_SIGMAS` sigma)). A rank slow from its first windows has
-  no onset to detect: the sustained rule of the `numpy` model applies to it as well.
+- `river`: the same evidence, and a Page-Hinkley drift detector (`river.drift.PageHinkley`,
+  upward) per rank that learns the rank's normal ratio and flags the onset of a rise as
+  soon as it is significant: a rank hot in two new windows with a detected drift is slow
+  without waiting for `SLOW_MIN_NS`. A rank slow from its first windows has no onset to
+  detect: the sustained rule of the `numpy` model applies to it as well.
 
 `update(ratio, stamp, now, held)` returns the onset time while the rank is judged slow
 (`held`: an incident is open, hysteresis at half the threshold), else None. Scores are
@@ -29,33 +28,14 @@ from __future__ import annotations
 SLOW_MIN_NS = 3_000_000_000
 MIN_STREAK = 2  # new windows in a row, each slow on its own
 FAST_RATIO = 1.5
-NOISE_SIGMAS = 3.0
 PH_MIN = 4
 
 
-class NoiseModel:
-    """Job-wide spread of healthy compute ratios (river `EWVar`), shared by a job's ranks."""
-
-    def __init__(self) -> None:
-        from river import stats  # imported on first use: river pulls in scipy
-
-        self.var = stats.EWVar(fading_factor=0.05)
-        self.n = 0
-
-    def learn(self, ratio: float) -> None:
-        self.var.update(ratio)
-        self.n += 1
-
-    def sigma(self) -> float:
-        return max(0.0, self.var.get()) ** 0.5 if self.n >= 16 else 0.0
-
-
 class RankModel:
-    def __init__(self, kind: str, slow_impact: float, slow_windows: int, noise: NoiseModel | None = None):
+    def __init__(self, kind: str, slow_impact: float, slow_windows: int):
         self.kind = kind
         self.impact = slow_impact
         self.windows = slow_windows
-        self.noise = noise
         self.last_stamp = -1
         self.hot_since = 0
         self.streak = 0
@@ -65,8 +45,6 @@ class RankModel:
         self.seen = 0
 
     def threshold(self) -> float:
-        if self.noise is not None:
-            return 1.0 + max(self.impact, NOISE_SIGMAS * self.noise.sigma())
         return 1.0 + self.impact
 
     def update(self, ratio: float, stamp: int, now_ns: int, held: bool = False, short: float | None = None,
@@ -88,8 +66,6 @@ class RankModel:
                 return self.hot_since or stamp or now_ns
             self.hot_since = self.streak = self.fast = 0
             return None
-        if new and self.noise is not None and ratio < 1.0 + self.impact:
-            self.noise.learn(ratio)
         if ratio < thr or (new and short < thr):
             if new or ratio < thr:
                 self.hot_since = self.streak = self.fast = 0

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from commwatch.streams.detect.rank_model import NoiseModel, RankModel
+from commwatch.streams.detect.rank_model import RankModel
 
 FRESH_WINDOWS = 4.0  # a comm's window older than this many of its own intervals (and 5 s) is stale
 MIN_COMPUTE = 0.02
@@ -88,7 +88,6 @@ class SlowTracker:
         self.comms: dict[str, CommTiming] = {}
         self.models: dict[int, RankModel] = {}
         self.model_kind = model
-        self.noise = None  # the noise model raises thresholds: see rank_model.py (kept off: it cost recall)
         self.stamp: dict[int, int] = {}  # rank -> end of its latest window ...
         self.span: dict[int, float] = {}  # ... and that window's span
         self.ratio: dict[int, float] = {}
@@ -220,7 +219,7 @@ class SlowTracker:
         for r, ratio in ratios.items():
             m = self.models.get(r)
             if m is None:
-                m = self.models[r] = RankModel(self.model_kind, self.slow_impact, self.slow_windows, self.noise)
+                m = self.models[r] = RankModel(self.model_kind, self.slow_impact, self.slow_windows)
             stamp = self.stamp.get(r, now_ns)
             verdict = m.update(ratio, stamp, now_ns, held=r in open_ranks, short=short.get(r, ratio),
                                start=stamp - int(self.span.get(r, 0)))

@@ -22,7 +22,7 @@ from __future__ import annotations
 import statistics
 from collections import deque
 
-from commwatch.streams.detect.rank_model import NoiseModel, RankModel
+from commwatch.streams.detect.rank_model import RankModel
 
 KEEP_ITERATIONS = 8
 RECENT = 3  # the job's current step time: median of the last iterations
@@ -37,7 +37,6 @@ class StepTracker:
         self.slow_impact = slow_impact
         self.slow_windows = slow_windows
         self.model_kind = model
-        self.noise = None  # the noise model raises thresholds: see rank_model.py (kept off: it cost recall)
         self.iters: dict[int, dict[int, tuple[float, float | None, int]]] = {}
         self.durations: deque = deque(maxlen=64)  # median step time per judged iteration (s)
         self.last_iteration: int | None = None
@@ -130,7 +129,7 @@ class StepTracker:
         for r, ratio in self.ratio.items():
             m = self.models.get(r)
             if m is None:
-                m = self.models[r] = RankModel(self.model_kind, self.slow_impact, self.slow_windows, self.noise)
+                m = self.models[r] = RankModel(self.model_kind, self.slow_impact, self.slow_windows)
             onset = m.update(ratio, self.last_end_ns, self.last_end_ns, held=r in open_ranks)
             if onset is None or it < WARMUP:
                 continue

@@ -1,5 +1,6 @@
-"""The C probe in nccl-patch/: its harness passes, its record layout is the numpy dtype's,
-and a ring file it wrote decodes with numpy the way the node agent reads it."""
+"""The C probe in nccl-patch/: its harness passes (plain and under ASan/UBSan), its record
+layout is the numpy dtype's, and a ring file it wrote decodes with numpy the way the node
+agent reads it, with the completion semantics of wire section 1."""
 
 from __future__ import annotations
 
@@ -23,10 +24,15 @@ FIELDS = ["kind", "op", "flags", "rank", "comm", "seq", "t_start_ns", "t_end_ns"
 RING_HEADER = np.dtype([("magic", "S8"), ("version", "<u4"), ("record_size", "<u4"),
                         ("capacity", "<u8"), ("write_index", "<u8"), ("dropped", "<u8"),
                         ("heartbeat_ns", "<i8"), ("pid", "<i4"), ("rank", "<i4"),
-                        ("uid", "<u4"), ("reserved0", "<u4"), ("job_id", "S64"),
+                        ("uid", "<u4"), ("closed", "<u4"), ("job_id", "S64"),
                         ("commit_index", "<u8"), ("reserved1", "V120")])
 SEM_COMMS = {0xA1A1A1A1A1A1A1A1: (4, 1, 1), 0xB2B2B2B2B2B2B2B2: (8, 2, 2), 0xC3C3C3C3C3C3C3C3: (2, 0, 1)}
 SEM_ITERS = 200
+SCENARIOS = 17
+# Per iteration and comm: AllReduce, AllGather (no kernel channels), Broadcast, ReduceScatter,
+# Send, Recv. Five get an entry and a completion record, the AllGather one record.
+SEM_RECORDS_PER_ITER = 11
+ALLGATHER = 2
 
 needs_toolchain = pytest.mark.skipif(
     shutil.which("gcc") is None or shutil.which("make") is None, reason="gcc and make are required"
@@ -43,12 +49,35 @@ def harness_run(tmp_path_factory):
     return proc, ring_dir
 
 
+def _asan_available() -> bool:
+    if shutil.which("gcc") is None:
+        return False
+    proc = subprocess.run(["gcc", "-fsanitize=address,undefined", "-x", "c", "-o", os.devnull, "-"],
+                          input="int main(void) { return 0; }", capture_output=True, text=True)
+    return proc.returncode == 0
+
+
 @needs_toolchain
 def test_make_test_passes(harness_run):
     proc, _ = harness_run
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    assert "harness: 8 of 8 scenarios passed" in proc.stdout
+    assert f"harness: {SCENARIOS} of {SCENARIOS} scenarios passed" in proc.stdout
     assert "exports: ncclProfiler_v4 ncclProfiler_v5 ncclProfiler_v6" in proc.stdout
+    for name in ("fewer channel events than nChannels", "zero channels", "proxy and network events",
+                 "graph-captured operations", "channels that never stop", "abort at finalize",
+                 "interleaved: 3 comms on 3 threads", "ring lifecycle", "fork:"):
+        assert f"PASS {name}" in proc.stdout, name
+
+
+@needs_toolchain
+@pytest.mark.skipif(not _asan_available(), reason="gcc cannot build with AddressSanitizer here")
+def test_harness_passes_under_asan_and_ubsan(tmp_path):
+    env = dict(os.environ, COMMWATCH_RING_DIR=str(tmp_path))
+    proc = subprocess.run(["make", "-C", str(NCCL_PATCH), "asan"], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert f"harness: {SCENARIOS} of {SCENARIOS} scenarios passed" in proc.stdout
+    assert "ERROR: AddressSanitizer" not in proc.stderr and "runtime error" not in proc.stderr
 
 
 @needs_toolchain
@@ -73,15 +102,18 @@ def test_c_record_layout_and_flags_match_python(tmp_path):
 
 @needs_toolchain
 def test_harness_ring_file_decodes_with_numpy(harness_run):
+    """The interleaved scenario's ring, as a reader saw it after the writer closed it."""
     proc, ring_dir = harness_run
     assert proc.returncode == 0, proc.stdout[-4000:]
-    data = (ring_dir / "harness-v5" / "3.ring").read_bytes()
+    assert not (ring_dir / "harness-v5" / "3.ring").exists()  # the writer removed its file
+    data = (ring_dir / "harness-v5" / "3.ring.closed").read_bytes()
     hdr = np.frombuffer(data, dtype=RING_HEADER, count=1)[0]
     assert RING_HEADER.itemsize == 256
     assert hdr["magic"] == b"CWRING01" and hdr["version"] == 1 and hdr["record_size"] == 64
     assert hdr["rank"] == 3 and hdr["job_id"] == b"harness-v5" and hdr["dropped"] == 0
+    assert hdr["closed"] == 1
     n = int(hdr["write_index"])
-    assert n == int(hdr["commit_index"]) == 3 * (2 + SEM_ITERS * 6 * 2)
+    assert n == int(hdr["commit_index"]) == 3 * (2 + SEM_ITERS * SEM_RECORDS_PER_ITER)
     assert len(data) == 256 + 64 * int(hdr["capacity"])
 
     recs = np.frombuffer(data, dtype=RECORD_DTYPE, offset=256, count=int(hdr["capacity"]))[:n]
@@ -96,19 +128,24 @@ def test_harness_ring_file_decodes_with_numpy(harness_run):
     assert sorted(recs[recs["kind"] == 3]["comm"].tolist()) == sorted(SEM_COMMS)
 
     calls = recs[recs["kind"] == 1]
-    completed = (calls["flags"] & 1) != 0
-    gpu_timed = (calls["flags"] & 2) != 0
-    assert completed.sum() == (~completed).sum() == 3 * SEM_ITERS * 6
-    assert (calls["t_end_ns"][~completed] == 0).all()
-    assert (calls["t_end_ns"][completed] >= calls["t_start_ns"][completed]).all()
-    assert gpu_timed[completed].any() and not gpu_timed[~completed].any()
+    flags = calls["flags"].astype(int)
+    entry = flags == wire.FLAG_ENQUEUED
+    lost = flags == wire.FLAG_ENQUEUED | wire.FLAG_COMPLETION_LOST
+    done = flags == wire.FLAG_COMPLETED | wire.FLAG_GPU_TIMED
+    assert (entry | lost | done).all()  # nothing else: entries are host enqueues, ends GPU times
+    assert (calls["t_end_ns"][entry | lost] == 0).all()
+    assert (calls["t_end_ns"][done] >= calls["t_start_ns"][done]).all()
+    assert lost.sum() == 3 * SEM_ITERS and (calls["op"][lost] == ALLGATHER).all()
+    assert entry.sum() == done.sum() == 3 * SEM_ITERS * 5
     p2p = np.isin(calls["op"], [6, 7])
     for comm in SEM_COMMS:
-        mine = calls[(calls["comm"] == comm) & ~p2p]
-        for done in (False, True):
-            seqs = np.sort(mine[((mine["flags"] & 1) != 0) == done]["seq"])
-            assert (seqs == np.arange(SEM_ITERS * 4)).all()
-        sends = calls[(calls["comm"] == comm) & (calls["op"] == 6) & ((calls["flags"] & 1) == 0)]
+        mine = (calls["comm"] == comm) & ~p2p
+        # every collective enters once (an entry, or one record that writes it off) ...
+        assert (np.sort(calls["seq"][mine & (entry | lost)]) == np.arange(SEM_ITERS * 4)).all()
+        # ... and all but the AllGathers complete on the GPU
+        completed = np.sort(calls["seq"][mine & done])
+        assert (completed == np.array([s for s in range(SEM_ITERS * 4) if s % 4 != 1])).all()
+        sends = calls[(calls["comm"] == comm) & (calls["op"] == 6) & entry]
         assert (np.sort(sends["seq"]) == np.arange(SEM_ITERS)).all()
 
 

@@ -1,0 +1,311 @@
+"""The scenarios of `commwatch bench detect`: what is injected, into which job, and what a
+detector should say about it.
+
+Two families. `sim`: the project's simulator (`commwatch.producers.simulate`), as before.
+`jobmodel`: the event-level job model (`commwatch.producers.jobmodel`), built apart from
+the detectors: host threads that run ahead of in-order GPU streams, rendezvous, and the
+four probe modes (`gpu`, `enqueue`, `blocking`, `heartbeats_only`), with hangs, crashes,
+stuck completion paths, transport hangs, slow GPUs, jobs that end, several jobs with
+different clocks, and healthy controls.
+
+Each scenario builds to a `Built`: messages in event-time order (`ts_ns`, stable, as
+`commwatch replay` reads a capture; the three-jobs scenario also in the order a live worker
+receives them, where one job's clock running 60 s fast matters), the ground truth (one dict per injected fault or situation, see `jobmodel.faults`), and
+per job its step time, its control label (`healthy`, `unbalanced`, `skewed`, or `""` for
+a job with a fault) and, for a job that ends, when.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from commwatch import topics, wire
+from commwatch.capture import Message
+
+S = 1_000_000_000
+
+
+@dataclass
+class JobInfo:
+    step_s: float
+    control: str  # "healthy", "unbalanced", "skewed", or "" (a job with an injected fault)
+    start_ns: int  # on the job's clock
+    end_ns: int  # the capture's end, on the job's clock
+    ended_ns: int | None = None  # when every process of the job exited
+    mode: str = "sim"  # probe mode (jobmodel) or "sim"
+
+
+@dataclass
+class Built:
+    messages: list[Message]
+    truth: list[dict]
+    jobs: dict[str, JobInfo]
+    tail_s: float = 0.0  # keep ticking this long after the last message (jobs that end)
+
+
+@dataclass
+class Case:
+    name: str
+    family: str  # "sim" or "jobmodel"
+    build: Callable[[], Built]
+    quick: bool = False
+    ranks: int = 0
+    tags: tuple[str, ...] = field(default_factory=tuple)
+
+
+def records_in(msgs: list[Message]) -> int:
+    return sum(wire.decode_header(m.value) for m in msgs if m.topic == topics.CALLS)
+
+
+# --- the project's simulator ---------------------------------------------------------------------
+# (tp, pp, dp): 8 .. 4096 ranks, TP 1-8, PP 1-16, DP 1-64
+SIM_SMALL = [(1, 1, 8), (2, 2, 2), (8, 1, 2), (2, 2, 4), (1, 4, 8), (4, 2, 4), (8, 2, 4), (2, 4, 8), (1, 1, 64),
+             (4, 16, 2)]
+SIM_LARGE = [(8, 4, 8), (8, 8, 16), (8, 8, 64)]
+SIM_FAULTS = ["hang", "comm_hang", "slow", "slow50", "downclock", "slow_link", "node_lost", "hang_pp"]
+SIM_HEALTHY = ["jitter", "gc_blips", "checkpoint", "skew"]
+SIM_QUICK = {"hang-2x2x2", "slow-2x2x2", "comm_hang-2x2x4", "slow50-2x2x4", "jitter-2x2x4", "node_lost-2x2x4"}
+
+
+def sim_cases() -> list[Case]:
+    out: list[Case] = []
+    i = 0
+    for layout in SIM_SMALL:
+        world = layout[0] * layout[1] * layout[2]
+        for kind in SIM_FAULTS + SIM_HEALTHY:
+            if kind in ("slow_link", "node_lost") and world < 16:
+                continue  # needs two nodes
+            if kind == "hang_pp" and layout[1] == 1:
+                continue
+            name = f"{kind}-{layout[0]}x{layout[1]}x{layout[2]}"
+            out.append(_sim_case(name, layout, kind, seed=i, step_s=2.0 if i % 5 == 4 else 1.0))
+            i += 1
+    for layout, kinds in zip(SIM_LARGE, (["hang", "slow", "jitter"], ["hang", "slow"], ["hang"])):
+        for kind in kinds:
+            out.append(_sim_case(f"{kind}-{layout[0]}x{layout[1]}x{layout[2]}", layout, kind, seed=100 + i,
+                                 duration_s=22.0))
+            i += 1
+    return out
+
+
+def _sim_case(name: str, layout: tuple[int, int, int], kind: str, seed: int, step_s: float = 1.0,
+              duration_s: float = 35.0) -> Case:
+    def build() -> Built:
+        return build_sim(layout, kind, seed, step_s, duration_s)
+
+    return Case("sim/" + name, "sim", build, quick=name in SIM_QUICK, ranks=layout[0] * layout[1] * layout[2],
+                tags=("healthy",) if kind in SIM_HEALTHY else ())
+
+
+def build_sim(layout: tuple[int, int, int], kind: str, seed: int, step_s: float, duration_s: float) -> Built:
+    from commwatch.producers.simulate import JobSpec, parse_fault, simulate
+
+    tp, pp, dp = layout
+    rng = np.random.default_rng(seed)
+    world = tp * pp * dp
+    big = world >= 1024
+    kw = dict(job=f"b{seed}", tp=tp, pp=pp, dp=dp, duration_s=duration_s, step_s=step_s, seed=seed,
+              clock_skew_ms=20.0)
+    if big:  # fewer, larger call batches and calls per step keep the default bench in minutes
+        kw.update(tp_calls=2, microbatches=2, batch_s=0.5)
+    elif world >= 256:
+        kw.update(tp_calls=4)
+    if kind == "gc_blips":
+        kw["gc_blip_rate"] = 0.02
+    if kind == "checkpoint":
+        kw.update(checkpoint_every_s=15.0, checkpoint_s=12.0)
+    if kind == "skew":
+        kw.update(clock_skew_ms=50.0, clock_drift_ppm=50.0)
+    if kind == "jitter":
+        kw["jitter"] = 0.08
+    spec = JobSpec(**kw)
+    at = 12.0 if big else 15.0
+    rank = int(rng.integers(0, world))
+    nodes = max(1, world // spec.gpus_per_node)
+    faults = []
+    if kind == "hang":
+        faults.append(f"hang:rank={rank},at={at}s")
+    elif kind == "hang_pp":  # the last pipeline stage of replica 0
+        faults.append(f"hang:rank={(pp - 1) * tp},at={at}s")
+    elif kind == "comm_hang":
+        faults.append(f"comm_hang:comm={'dp0' if dp > 1 else 'tp0'},at={at}s")
+    elif kind == "slow":
+        faults.append(f"slow:rank={rank},factor={1.2 + 0.1 * (seed % 3):.1f},at={at}s")
+    elif kind == "slow50":
+        faults.append(f"slow:rank={rank},factor=1.6,at={at}s")
+    elif kind == "downclock":
+        faults.append(f"downclock:rank={rank},at={at}s,mhz=1300")
+    elif kind == "slow_link":
+        a = int(rng.integers(0, nodes - 1))
+        faults.append(f"slow_link:nodes=node-{a:02d}+node-{a + 1:02d},factor=3,at={at}s")
+    elif kind == "node_lost":
+        faults.append(f"node_lost:node=node-{int(rng.integers(0, nodes)):02d},at={at}s")
+    elif kind == "gc_blips":
+        faults.append(f"blip:rank={rank},at={at}s,ms=600")
+    sim = simulate(spec, [parse_fault(f) for f in faults])
+    truth = []
+    for t in sim.truth():
+        t = dict(t)
+        t["job"] = spec.job
+        t["onset_ns"] = t["at_ns"]
+        t["step_s"] = spec.step_s
+        truth.append(t)
+    control = ("skewed" if kind == "skew" else "healthy") if kind in SIM_HEALTHY else ""
+    end = spec.start_ns + round(duration_s * S)
+    return Built(list(sim.messages()), truth, {spec.job: JobInfo(spec.step_s, control, spec.start_ns, end)})
+
+
+# --- the job model --------------------------------------------------------------------------------
+L8 = (2, 2, 2)  # TP x PP x DP
+L8P = (1, 4, 2)  # a TP=1 pipeline
+L8D = (1, 1, 8)  # data parallel only
+L16 = (2, 2, 4)
+L16P = (1, 8, 2)
+L16D = (1, 1, 16)
+L32 = (4, 2, 4)
+L64 = (2, 4, 8)
+
+
+def jobmodel_cases() -> list[Case]:
+    from commwatch.producers import jobmodel as jm
+
+    out: list[Case] = []
+
+    def add(name: str, layout: tuple[int, int, int], *, quick: bool = False, control: str = "", tail_s: float = 0.0,
+            faults: Callable[[int, int], tuple] = lambda world, seed: (), **kw) -> None:
+        seed = len(out) + 1
+        tp, pp, dp = layout
+
+        def build() -> Built:
+            cfg = jm.JobConfig(job=f"m{seed}", tp=tp, pp=pp, dp=dp, seed=seed, faults=faults(tp * pp * dp, seed), **kw)
+            return _built([jm.run_job(cfg)], [control], tail_s)
+
+        out.append(Case(f"jm/{name}-{tp}x{pp}x{dp}", "jobmodel", build, quick, tp * pp * dp,
+                        (control,) if control else ()))
+
+    def pick(world: int, salt: int) -> int:
+        return (7 * salt + 3) % world
+
+    # hangs: a host thread stops enqueueing, in every probe mode
+    for mode, layouts in (("gpu", (L8, L8P, L16, L64, L16D)), ("enqueue", (L8, L8P, L16, L32)),
+                          ("blocking", (L8D, L8)), ("heartbeats_only", (L16, L8P))):
+        for n, lay in enumerate(layouts):
+            add(f"hang-{mode}", lay, quick=n == 0, probe=mode, duration_s=45.0,
+                faults=lambda w, s: (jm.HostHang(rank=pick(w, s), at_s=18.0),))
+    # a hang at the first and at the last pipeline stage
+    add("hang-first-stage-enqueue", L8P, probe="enqueue", duration_s=45.0, faults=lambda w, s: (jm.HostHang(0, 18.0),))
+    add("hang-last-stage-gpu", L16P, probe="gpu", duration_s=45.0, faults=lambda w, s: (jm.HostHang(w - 1, 18.0),))
+    # a process exits; its agent says so
+    for mode, lay in (("gpu", L16), ("enqueue", L8P), ("blocking", L8D), ("heartbeats_only", L16)):
+        add(f"crash-{mode}", lay, quick=mode == "enqueue", probe=mode, duration_s=45.0,
+            faults=lambda w, s: (jm.Crash(rank=pick(w, s), at_s=18.0),))
+    # a stuck completion path: completions stop, then the host
+    for mode, lay in (("gpu", L16), ("enqueue", L8), ("enqueue", L8P)):
+        add(f"stuck-completion-{mode}", lay, quick=lay == L8, probe=mode, duration_s=45.0,
+            faults=lambda w, s: (jm.StuckCompletion(rank=pick(w, s), at_s=18.0),))
+    # a hang, then every process of the job exits: the incident resolves, nothing repeats
+    for mode, lay in (("gpu", L8), ("enqueue", L16), ("blocking", L8D)):
+        add(f"hang-then-exit-{mode}", lay, quick=mode == "gpu", probe=mode, duration_s=60.0, tail_s=30.0,
+            faults=lambda w, s: (jm.HostHang(rank=pick(w, s), at_s=15.0), jm.JobExit(at_s=40.0)))
+    # a transport hang: every member enters, none completes (calls queued behind it are symptoms)
+    for mode, lay, group in (("gpu", L16, "dp.p1.t0"), ("enqueue", L16, "dp.p0.t1"), ("gpu", L8, "tp.d1.p0"),
+                             ("enqueue", L32, "tp.d2.p1"), ("blocking", L8D, "dp.p0.t0")):
+        add(f"comm-hang-{group.split('.')[0]}-{mode}", lay, quick=mode == "enqueue" and lay == L16, probe=mode,
+            duration_s=45.0, faults=lambda w, s, g=group: (jm.CommHang(group=g, at_s=18.0),))
+    # slow GPUs from a point on
+    for n, (factor, lay) in enumerate(((1.2, L16), (1.3, L8P), (1.6, L16), (2.4, L8), (1.2, L32), (1.3, L64),
+                                       (1.6, L16D), (2.4, L16P), (1.3, L8D), (1.6, L8P))):
+        add(f"slow{factor}", lay, quick=n in (1, 2), duration_s=50.0,
+            faults=lambda w, s, f=factor: (jm.SlowGpu(rank=pick(w, s), factor=f, at_s=15.0),))
+    # slow from the start
+    for factor, lay in ((1.3, L16), (2.4, L8P), (1.6, L8D)):
+        add(f"slow{factor}-from-start", lay, duration_s=50.0,
+            faults=lambda w, s, f=factor: (jm.SlowGpu(rank=pick(w, s), factor=f),))
+    # long steps, one rank 2.4x slow from the start: the others wait ~25 s per iteration, yet progress
+    for lay in (L16, L8D):
+        add("long-steps-slow2.4", lay, quick=lay == L16, duration_s=360.0, work=jm.Workload(step_s=18.0),
+            faults=lambda w, s: (jm.SlowGpu(rank=pick(w, 5), factor=2.4),))
+    # two slow ranks at once; a slow first or last pipeline stage
+    add("two-slow", L16, quick=True, duration_s=50.0, faults=lambda w, s: (jm.SlowGpu(1, 1.5, 15.0), jm.SlowGpu(w - 3, 1.5, 15.0)))
+    add("two-slow", L32, duration_s=50.0, faults=lambda w, s: (jm.SlowGpu(2, 1.3, 15.0), jm.SlowGpu(w - 1, 1.6, 15.0)))
+    add("slow-first-stage", L8P, duration_s=50.0, faults=lambda w, s: (jm.SlowGpu(0, 1.3, 15.0),))
+    add("slow-last-stage", L8P, duration_s=50.0, faults=lambda w, s: (jm.SlowGpu(3, 1.3, 15.0),))
+    # compute stragglers that only the step phases show
+    add("straggler-enqueue", L16, quick=True, probe="enqueue", duration_s=50.0,
+        faults=lambda w, s: (jm.SlowGpu(pick(w, 2), 1.5, 15.0),))
+    add("straggler-hb-only", L16, probe="heartbeats_only", duration_s=50.0,
+        faults=lambda w, s: (jm.SlowGpu(pick(w, 4), 1.6, 15.0),))
+    add("straggler-ddp-hidden-grads", (1, 1, 4), quick=True, probe="blocking", duration_s=50.0, hidden=("grad",),
+        work=jm.Workload(loss_allreduce=True), faults=lambda w, s: (jm.SlowGpu(2, 1.5, 15.0),))
+    # an agent goes silent; the training goes on
+    for lay in (L16, L64):
+        add("node-lost", lay, quick=lay == L16, duration_s=40.0, faults=lambda w, s: (jm.AgentSilent(node=1, at_s=15.0),))
+    # controls: unbalanced stages (a P3 advisory for the stage at most), healthy jobs, skewed clocks
+    for factor, lay in ((1.25, L8P), (1.4, L16), (1.3, L64), (1.35, L16P)):
+        add(f"unbalanced{factor}", lay, quick=lay == L16, control="unbalanced", duration_s=50.0,
+            stage_factors=tuple([1.0] * (lay[1] - 1) + [factor]))
+    add("healthy-jitter", L16, quick=True, control="healthy", duration_s=45.0, jitter=0.08)
+    add("healthy-jitter", L64, control="healthy", duration_s=40.0, jitter=0.08)
+    add("healthy-jitter-enqueue", L16, control="healthy", probe="enqueue", duration_s=45.0, jitter=0.08)
+    add("healthy-gloo", L8D, control="healthy", probe="blocking", duration_s=45.0, jitter=0.05)
+    add("healthy-hb-only", L16, control="healthy", probe="heartbeats_only", duration_s=45.0)
+    add("healthy-gc-pauses", L16, quick=True, control="healthy", duration_s=60.0, gc_pauses_per_s=0.02)
+    add("healthy-gc-pauses-enqueue", L32, control="healthy", probe="enqueue", duration_s=60.0, gc_pauses_per_s=0.02)
+    add("healthy-checkpoints", L16, quick=True, control="healthy", duration_s=150.0, checkpoint_every=20,
+        checkpoint_s=(20.0, 60.0))
+    add("healthy-checkpoints-enqueue", L8P, control="healthy", probe="enqueue", duration_s=150.0, checkpoint_every=25,
+        checkpoint_s=(30.0, 50.0))
+    add("healthy-stall3s", L16, control="healthy", duration_s=45.0, faults=lambda w, s: (jm.HostPause(5, 20.0, 3.0),))
+    add("healthy-long-steps", L16, control="healthy", duration_s=300.0, work=jm.Workload(step_s=18.0))
+    add("healthy-job-finishes", L8, control="healthy", duration_s=40.0, tail_s=30.0,
+        faults=lambda w, s: (jm.JobExit(25.0, clean=True),))
+    add("skewed-clocks", L16, quick=True, control="skewed", duration_s=45.0, clock_offset_ms=(50.0, 100.0),
+        clock_drift_ppm=50.0)
+    add("skewed-clocks", L64, control="skewed", duration_s=40.0, clock_offset_ms=(50.0, 100.0), clock_drift_ppm=50.0)
+    add("skewed-job-clock+60s", L16, control="skewed", duration_s=45.0, job_clock_offset_s=60.0)
+    # several jobs watched at once: one runs 60 s fast, one stalls 3 s, one hangs
+    for order in ("arrival", "replay"):
+        out.append(Case(f"jm/three-jobs-{order}-order", "jobmodel", lambda o=order, s=len(out) + 1: build_three_jobs(s, o),
+                        quick=order == "arrival", ranks=48, tags=("multi",)))
+    return out
+
+
+def build_three_jobs(seed: int, order: str) -> Built:
+    """One capture of three 16-rank jobs: A's clocks run 60 s fast (healthy), B is healthy with a
+    3 s stall of one rank, C hangs. `order`: "arrival" (as a live worker receives them) or
+    "replay" (sorted by `ts_ns`, as `commwatch replay` reads a capture)."""
+    from commwatch.producers import jobmodel as jm
+
+    base = dict(tp=2, pp=2, dp=4, duration_s=50.0)
+    runs = [jm.run_job(jm.JobConfig(job=f"m{seed}a", seed=seed, job_clock_offset_s=60.0, **base)),
+            jm.run_job(jm.JobConfig(job=f"m{seed}b", seed=seed + 1, faults=(jm.HostPause(6, 20.0, 3.0),), **base)),
+            jm.run_job(jm.JobConfig(job=f"m{seed}c", seed=seed + 2, faults=(jm.HostHang(9, 22.0),), **base))]
+    built = _built(runs, ["skewed", "healthy", ""], 0.0)
+    if order == "arrival":
+        built.messages = jm.merge(runs)
+    return built
+
+
+def _built(runs, controls: list[str], tail_s: float) -> Built:
+    from commwatch.producers import jobmodel as jm
+
+    jobs = {}
+    truth = []
+    for run, control in zip(runs, controls):
+        cfg = run.config
+        start = cfg.start_ns + round(cfg.job_clock_offset_s * S)
+        ended = [t["onset_ns"] for t in run.truth if t["kind"] == "job_end"]
+        jobs[cfg.job] = JobInfo(run.step_s, control, start, start + round(cfg.duration_s * S),
+                                min(ended) if ended else None, cfg.probe)
+        truth += [dict(t, mode=cfg.probe) for t in run.truth]
+    msgs = jm.merge(runs)
+    msgs.sort(key=lambda m: m.ts_ns)  # event time; stable
+    return Built(msgs, truth, jobs, tail_s)
+
+
+def all_cases(quick: bool) -> list[Case]:
+    cases = sim_cases() + jobmodel_cases()
+    return [c for c in cases if c.quick] if quick else cases
