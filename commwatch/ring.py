@@ -15,13 +15,14 @@ same layout in C): a 256-byte little-endian header, then `capacity` 64-byte reco
 | 48 | i32 | pid of the writer |
 | 52 | i32 | global rank (-1 unknown) |
 | 56 | u32 | uid of the writer |
+| 60 | u32 | closed: 1 once the writer finalised (everything is published) |
 | 64 | 64 bytes | job id, NUL-padded |
-| 128 | u64 | commit_index (reserved) |
+| 128 | u64 | commit_index: every record below it is published |
 
 Publishing a record: reserve an index, store byte 0 (`kind`) = 0, write the other 63
-bytes, then store the real kind. A reader treats kind 0 as "not yet published". When
-full, writers overwrite the oldest records; a reader that falls more than `capacity`
-behind skips ahead and counts what it lost.
+bytes, then store the real kind and move `commit_index` past it. A reader treats kind 0
+as "not yet published". When full, writers overwrite the oldest records; a reader that
+falls more than `capacity` behind skips ahead and counts what it lost.
 
 Lifecycle (the NCCL probe follows the same protocol):
 
@@ -54,7 +55,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import itertools
 import mmap
 import os
 import struct
@@ -85,12 +85,14 @@ OFF_HEARTBEAT = 40
 OFF_PID = 48
 OFF_RANK = 52
 OFF_UID = 56
+OFF_CLOSED = 60
 OFF_JOB = 64
 OFF_COMMIT = 128
 
 _HEAD = struct.Struct("<8sIIQQQqiiII64sQ")  # the fixed fields, offsets 0..135
 assert _HEAD.size == 136
 _U64 = struct.Struct("<Q")
+_U32 = struct.Struct("<I")
 _I64 = struct.Struct("<q")
 # A whole record in RECORD_DTYPE order, written with kind 0 (unpublished) first.
 _RECORD = struct.Struct("<BBHiQQqqQiiII")
@@ -134,12 +136,10 @@ def ring_path(ring_dir: str | Path, job: str, rank: int, suffix: str = "ring") -
 class RingWriter:
     """The single writer of one ring file (the Python hook's side).
 
-    Every call to `write` costs three struct stores into the mapping: no syscall, no lock.
-    The index comes from a counter that is atomic under the GIL, so completion callbacks
-    on other threads may write concurrently; the one imprecision this allows (another
-    thread publishing `write_index` past a slot not yet rewritten, once the ring has
-    wrapped) can only show a reader one stale, older record, which consumers that keep
-    the highest sequence number ignore.
+    Every call to `write` costs a few struct stores into the mapping, no syscall. The
+    training thread and the hook's completion poller both write, so a record is written
+    under a lock (uncontended almost always; held for a microsecond): indices are
+    published in order and `commit_index` follows them exactly.
     """
 
     def __init__(self, path: str | Path, rank: int, job: str, capacity: int = DEFAULT_CAPACITY,
@@ -172,33 +172,38 @@ class RingWriter:
         self.fd = fd  # kept open: holds the lock that says the writer is alive
         _WRITERS.add(self)
         self.rank = rank
-        self.counter = itertools.count()
-        self.lock = threading.Lock()  # step records only: written from the training thread
+        self.next_index = 0
+        self.lock = threading.Lock()
 
     def write(self, kind: int, op: int, flags: int, comm: int, seq: int, t_start_ns: int, t_end_ns: int,
               nbytes: int, comm_rank: int, peer: int, nranks: int, aux: int, now_ns: int = 0) -> None:
         """Publish one call record (contract section 1) under this ring's rank."""
         mm = self.mm
-        i = next(self.counter)  # atomic under the GIL: completion callbacks may write from other threads
-        off = HEADER_SIZE + ((i & self.mask) << 6)
-        _RECORD.pack_into(mm, off, 0, op, flags, self.rank, comm, seq, t_start_ns, t_end_ns, nbytes, comm_rank,
-                          peer, nranks, aux)
-        _U64.pack_into(mm, OFF_WRITE_INDEX, i + 1)
-        mm[off] = kind
-        _I64.pack_into(mm, OFF_HEARTBEAT, now_ns or t_end_ns or t_start_ns)
+        with self.lock:
+            i = self.next_index
+            self.next_index = i + 1
+            off = HEADER_SIZE + ((i & self.mask) << 6)
+            _RECORD.pack_into(mm, off, 0, op, flags, self.rank, comm, seq, t_start_ns, t_end_ns, nbytes,
+                              comm_rank, peer, nranks, aux)
+            _U64.pack_into(mm, OFF_WRITE_INDEX, i + 1)
+            mm[off] = kind
+            _U64.pack_into(mm, OFF_COMMIT, i + 1)
+            _I64.pack_into(mm, OFF_HEARTBEAT, now_ns or t_end_ns or t_start_ns)
 
     def write_step(self, iteration: int, t_start_ns: int, t_end_ns: int, forward_ms: float = float("nan"),
                    backward_ms: float = float("nan"), optimizer_ms: float = float("nan")) -> None:
         """Publish one step record (a ring created with `STEP_MAGIC`)."""
         mm = self.mm
         with self.lock:
-            i = next(self.counter)
+            i = self.next_index
+            self.next_index = i + 1
             off = HEADER_SIZE + (i & self.mask) * RECORD_SIZE
             mm[off] = 0
             _U64.pack_into(mm, OFF_WRITE_INDEX, i + 1)
             _STEP_BODY.pack_into(mm, off + 1, 0, 0, self.rank, iteration, t_start_ns, t_end_ns,
                                  forward_ms, backward_ms, optimizer_ms, 0)
             mm[off] = STEP_KIND
+            _U64.pack_into(mm, OFF_COMMIT, i + 1)
             _I64.pack_into(mm, OFF_HEARTBEAT, t_end_ns)
 
     def abandon(self) -> None:
@@ -213,7 +218,15 @@ class RingWriter:
             self.fd = -1
 
     def close(self, unlink: bool = False) -> None:
-        """Unmap; with `unlink`, remove the file first. The lock goes last."""
+        """Unmap; with `unlink` (finalising), say `closed`, remove the file, and release the
+        lock last."""
+        if unlink:
+            try:
+                with self.lock:
+                    _U32.pack_into(self.mm, OFF_CLOSED, 1)
+                    _I64.pack_into(self.mm, OFF_HEARTBEAT, time.time_ns())
+            except ValueError:  # already unmapped
+                pass
         try:
             self.mm.close()
         except (BufferError, ValueError):
@@ -348,8 +361,9 @@ class RingReader:
         return int(self.header[OFF_WRITE_INDEX // 8])
 
     @property
-    def header_pid(self) -> int:
-        return int(self.header32[OFF_PID // 4])
+    def closed(self) -> bool:
+        """The writer finalised: everything it wrote is published."""
+        return bool(self.header32[OFF_CLOSED // 4])
 
     def writer_gone(self) -> bool:
         """True once the writer released its lock (it finalised or died); from then on
@@ -376,11 +390,6 @@ class RingReader:
         lost = 0
         w = self.write_index
         r = self.read_index
-        pid = self.header_pid
-        if pid != self.pid or w < r:  # a new writer re-created the ring in place: start over
-            self.pid = pid
-            r = self.read_index = 0
-            self._stuck_since = 0
         if w - r > self.capacity:
             lost += w - r - self.capacity
             r = w - self.capacity
