@@ -46,10 +46,13 @@ def by_seq(recs: list) -> tuple[dict[int, np.void], dict[int, np.void]]:
 
 
 def hang_settled(calls: dict[int, list]) -> bool:
-    """Ranks 0 and 1 have entered all-reduces that they cannot complete."""
+    """Rank 2 has done all its iterations before HANG_AT, and ranks 0 and 1 have entered
+    all-reduces beyond them (which they cannot complete)."""
     views = {r: by_seq(c) for r, c in calls.items()}
     if not all(views.values()) or not views[HUNG][0]:
         return False
+    if sum(int(d["bytes"]) for d in views[HUNG][1].values()) < HANG_AT * GRAD_BYTES:
+        return False  # rank 2 is merely behind its peers in an earlier iteration
     hung_last = max(views[HUNG][0])
     return all(set(e) - set(d) and min(set(e) - set(d)) > hung_last for e, d in (views[0], views[SLOW]))
 
