@@ -12,10 +12,12 @@ import importlib
 import logging
 import sys
 
+from commwatch.embedded import EmbeddedError
 from commwatch.settings import Settings, SettingsError
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "up": ("commwatch.commands.up", "run the embedded broker until interrupted"),
+    "up": ("commwatch.commands.up", "the whole stack on this machine (broker, worker, sink, agent, page)"),
+    "status": ("commwatch.commands.status", "the watched jobs' health, live, from the running stack"),
     "config": ("commwatch.commands.config", "print the settings in force (secrets masked)"),
     "simulate": ("commwatch.producers.simulate.cli", "emulate a training job, with faults"),
     "record": ("commwatch.commands.record", "record the contract's topics into a capture file"),
@@ -119,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"commwatch: bad configuration: {exc}", file=sys.stderr)
         return 2
+    except EmbeddedError as exc:
+        print(f"commwatch: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,8 +4,9 @@
 until it serves metadata, and stops it on `stop()`, at interpreter exit, on SIGTERM/SIGINT
 and when the parent dies (PR_SET_PDEATHSIG), so no broker outlives commwatch.
 
-`clickhouse_client(settings)` returns a clickhouse-connect client: the embedded chdb
-database under the data directory by default, or a real server from the DSN.
+`clickhouse_client(settings)` returns a clickhouse-connect client for the history: a
+ClickHouse server from the DSN, the embedded chdb database under the data directory, or,
+while another process owns that database, its history endpoint.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import logging
+import os
 import signal
 import socket
 import subprocess
@@ -35,11 +37,30 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def check_port(host: str, port: int, key: str) -> None:
+    """Raise `SettingsError` naming `key` when a server could not listen on host:port now."""
+    from commwatch.settings import SettingsError
+
+    if not 0 < port < 65536:
+        raise SettingsError(f"{key}: {port} is not a TCP port (1-65535, or 0 for a free one)")
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: TIME_WAIT is no conflict
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise SettingsError(f"{key}: cannot listen on {host}:{port} ({exc.strerror}); "
+                                f"set {key}=0 for a free port, or another port") from None
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """In a child between fork and exec: receive `sig` when the parent dies (Linux)."""
+    parent = os.getppid()
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
     except OSError:
-        pass
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
 
 
 def broker_binary() -> str:
@@ -61,8 +82,11 @@ class EmbeddedBroker:
     '127.0.0.1:40123'
     """
 
-    def __init__(self, port: int = 0, host: str = "127.0.0.1", log_path: str | Path | None = None):
+    def __init__(self, port: int = 0, host: str = "127.0.0.1", log_path: str | Path | None = None,
+                 port_key: str = "COMMWATCH_BROKER_PORT"):
         self.host = host
+        if port:
+            check_port(host, port, port_key)
         self.port = port or free_port(host)
         self.log_path = Path(log_path) if log_path else None
         self.proc: subprocess.Popen | None = None
@@ -78,7 +102,7 @@ class EmbeddedBroker:
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         try:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         preexec_fn=_die_with_parent)
+                                         preexec_fn=die_with_parent)
         finally:
             if self.log_path:
                 out.close()
@@ -124,28 +148,63 @@ class EmbeddedBroker:
         self.stop()
 
 
-def clickhouse_client(settings: Any, dsn: str | None = None) -> Any:
-    """A clickhouse-connect client for `dsn` (default: settings' DSN or embedded chdb).
+def clickhouse_client(settings: Any, dsn: str | None = None, *, own: bool = False) -> Any:
+    """A clickhouse-connect client for the history (`dsn`, default: the settings' DSN).
 
-    In embedded mode one process owns the database directory; a second process gets a
-    clear `EmbeddedError` instead of chdb's "Error initializing EmbeddedServer".
+    - A ClickHouse server DSN (`http(s)://`): a client for that server.
+    - The embedded database (`chdb://PATH`, by default under the data directory): when
+      another live process owns PATH (the sink of a running stack, found through its owner
+      record, see `commwatch.discovery`), a client for that process's history endpoint;
+      otherwise the database is opened here. `own=True` (the sink, `db migrate`) insists
+      on opening it here.
+
+    A database that another process holds gives a `SettingsError` naming the setting.
     """
     import clickhouse_connect
 
+    from commwatch import discovery
+    from commwatch.settings import SettingsError
+
     dsn = dsn or settings.clickhouse_url
-    if dsn.startswith("chdb://"):
-        path = Path(dsn[len("chdb://"):])
-        path.mkdir(parents=True, exist_ok=True)
-        try:
-            return clickhouse_connect.get_client(dsn=dsn)
-        except Exception as exc:
-            if "EmbeddedServer" in str(exc) or "lock" in str(exc).lower():
-                raise EmbeddedError(
-                    f"the embedded ClickHouse under {path} is open in another commwatch process; "
-                    "run this command through that process, stop it first, or point "
-                    "COMMWATCH_CLICKHOUSE_DSN at a ClickHouse server"
-                ) from exc
-            raise
-    return clickhouse_connect.get_client(
-        dsn=dsn, username=settings.clickhouse_user, password=settings.clickhouse_password or None
-    )
+    if not dsn.startswith("chdb://"):
+        return clickhouse_connect.get_client(
+            dsn=dsn, username=settings.clickhouse_user, password=settings.clickhouse_password or None
+        )
+    path = Path(dsn[len("chdb://"):])
+    owner = discovery.read_owner(path)
+    if owner is not None and owner.pid != os.getpid():
+        if own:
+            raise SettingsError(
+                f"COMMWATCH_CLICKHOUSE_DSN: the embedded ClickHouse under {path} is owned by "
+                f"`{owner.command or 'commwatch'}` (pid {owner.pid}); one process owns it at a time: stop that "
+                "one, give this one another COMMWATCH_DATA_DIR, or point COMMWATCH_CLICKHOUSE_DSN at a server"
+            )
+        return endpoint_client(owner.url, owner.token)
+    stack = discovery.running_stack(settings.data_dir)
+    if not own and stack is not None and stack.query and path.absolute() == Path(stack.data_dir) / "clickhouse":
+        raise SettingsError(
+            f"COMMWATCH_DATA_DIR: the stack under {stack.data_dir} (pid {stack.pid}) owns this database, and its "
+            "sink is not answering queries right now (starting or restarting); try again in a few seconds"
+        )
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        return clickhouse_connect.get_client(dsn=dsn)
+    except Exception as exc:
+        if "EmbeddedServer" in str(exc) or "lock" in str(exc).lower():
+            raise SettingsError(
+                f"COMMWATCH_CLICKHOUSE_DSN: the embedded ClickHouse under {path} is open in another process "
+                "that serves no history endpoint; stop it (a running `commwatch up` answers queries for the "
+                "others), give this command another COMMWATCH_DATA_DIR, or point COMMWATCH_CLICKHOUSE_DSN at a "
+                "ClickHouse server"
+            ) from None
+        raise
+
+
+def endpoint_client(url: str, token: str) -> Any:
+    """A clickhouse-connect HTTP client for a history endpoint (`sinks/clickhouse/endpoint.py`)."""
+    import clickhouse_connect
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    return clickhouse_connect.get_client(host=u.hostname, port=u.port, username="default", password=token,
+                                         compress=False, autogenerate_session_id=False)

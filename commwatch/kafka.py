@@ -9,7 +9,7 @@ from typing import Any, Iterable
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from commwatch.settings import Settings
+from commwatch.settings import Settings, SettingsError
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +53,17 @@ def consumer(settings: Settings, bootstrap: str, group: str, **extra: Any) -> Co
 
 def ensure_topics(settings: Settings, bootstrap: str, names: Iterable[str] | None = None,
                   partitions: int | None = None, timeout_s: float = 15.0) -> None:
-    """Create the contract's topics (or `names`) if missing."""
+    """Create the contract's topics (or `names`) if missing. A broker that does not answer
+    in `timeout_s` raises `SettingsError` naming COMMWATCH_KAFKA_BOOTSTRAP."""
     names = list(names) if names is not None else settings.topics.all()
-    admin = AdminClient(settings.kafka_config(bootstrap))
-    existing = set(admin.list_topics(timeout=timeout_s).topics)
+    admin = AdminClient({**settings.kafka_config(bootstrap), "log_level": 0})  # failures are raised, not logged
+    try:
+        existing = set(admin.list_topics(timeout=timeout_s).topics)
+    except KafkaException as exc:
+        raise SettingsError(
+            f"COMMWATCH_KAFKA_BOOTSTRAP: no Kafka broker answers at {bootstrap} (waited {timeout_s:g} s: "
+            f"{exc.args[0].str() if exc.args and hasattr(exc.args[0], 'str') else exc}); is the stack "
+            "(`commwatch up`) or your Kafka running, and is the address right?") from None
     wanted = [
         NewTopic(n, num_partitions=partitions or settings.kafka_partitions,
                  replication_factor=settings.kafka_replication)

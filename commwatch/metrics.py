@@ -325,9 +325,18 @@ def detection_delay_s(inc: dict[str, Any]) -> float | None:
     return None
 
 
-def serve(registry: CollectorRegistry, host: str, port: int) -> tuple[Any, int]:
-    """Serve `registry` on http://host:port/metrics in a daemon thread; returns (server, port)."""
-    server, _thread = start_http_server(port, addr=host, registry=registry)
+def serve(registry: CollectorRegistry, host: str, port: int,
+          key: str = "COMMWATCH_METRICS_PORT") -> tuple[Any, int]:
+    """Serve `registry` on http://host:port/metrics in a daemon thread; returns (server, port).
+    A port that cannot be bound raises `SettingsError` naming `key`."""
+    from commwatch.settings import SettingsError
+
+    try:
+        server, _thread = start_http_server(port, addr=host, registry=registry)
+    except (OSError, OverflowError) as exc:
+        why = getattr(exc, "strerror", None) or str(exc)
+        raise SettingsError(f"{key}: cannot serve metrics on {host}:{port} ({why}); "
+                            f"set {key}=0 for a free port, or another port") from None
     bound = server.server_port
     log.info("metrics on http://%s:%d/metrics", host, bound)
     return server, bound

@@ -48,7 +48,7 @@ def _default_data_dir() -> str:
 @dataclass(frozen=True)
 class Settings:
     # --- Kafka -------------------------------------------------------------------------
-    kafka_bootstrap: str = _opt("", doc="bootstrap servers; empty = start the embedded broker")
+    kafka_bootstrap: str = _opt("", doc="bootstrap servers; empty = the stack's under data_dir (`commwatch up`)")
     kafka_security_protocol: str = _opt(
         "PLAINTEXT", choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
     )
@@ -81,6 +81,13 @@ class Settings:
     page_host: str = _opt("127.0.0.1", doc="bind address of the live page (`commwatch page`)")
     page_port: int = _opt(8470, minimum=0, doc="port of the live page; 0 = a free one")
     log_level: str = _opt("INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    # --- the local stack (`commwatch up`): each component's port, 0 = a free one ----------
+    broker_port: int = _opt(0, minimum=0, doc="embedded broker's port on 127.0.0.1 (0 = a free one)")
+    query_port: int = _opt(0, minimum=0, doc="history endpoint of the embedded ClickHouse's owner (0 = a free one)")
+    worker_metrics_port: int = _opt(0, minimum=0, doc="the stack's worker metrics port (0 = a free one)")
+    sink_metrics_port: int = _opt(0, minimum=0, doc="the stack's sink metrics port (0 = a free one)")
+    notify_metrics_port: int = _opt(0, minimum=0, doc="the stack's notifier metrics port (0 = a free one)")
+    agent_metrics_port: int = _opt(0, minimum=0, doc="the stack's agent metrics port (0 = a free one)")
     # --- detectors ---------------------------------------------------------------------
     hang_floor_s: float = _opt(5.0, minimum=0.1, doc="minimum time inside a call before a hang")
     hang_gap_factor: float = _opt(3.0, minimum=1.0, doc="hang threshold = max(floor, factor x p99 gap)")

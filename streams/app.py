@@ -121,6 +121,7 @@ class Pipeline:
         self.metrics = metrics
         self.ledger = ledger or AlertLedger()
         self.detector = Detector(settings)
+        self.detector.held = self.held
         self.wall_ns = wall_ns
         self.jobs: set[str] = set()
         self.job_parts: dict[str, set] = {}  # job -> partitions its messages came from
@@ -141,10 +142,12 @@ class Pipeline:
             self.first_processed_s = time.monotonic() - self.started
             log.info("first message processed %.2f s after the process started", self.first_processed_s)
 
-    def extrapolate(self, job: str) -> bool:
-        """A job's clock runs on with the wall clock, and its hangs and stalls are judged, only
-        while its input is caught up (catching up, the data itself carries time)."""
-        return not self.unread and not (self.job_parts.get(job, set()) & self.lagging)
+    def held(self, job: str) -> bool:
+        """At start-up, before every partition has delivered, nothing is concluded for any job
+        (a partial view). Later, a job whose input partition is behind is still judged: what
+        stage 1 knows of a comm whose input is behind is stale (`seen_ns`), and stage 2 draws
+        no conclusion from stale comms."""
+        return self.unread
 
     def comm_message(self, base: str, msg: Message, tp: Any = None) -> list[dict]:
         """Stage 1 for one calls/progress message; raises `WireError`."""
@@ -171,10 +174,10 @@ class Pipeline:
         return self.detector.job_feed(msg, decoded, self.wall_ns())
 
     def comm_tick(self) -> list[dict]:
-        return self.detector.comm_tick(self.wall_ns(), self.extrapolate)
+        return self.detector.comm_tick(self.wall_ns())
 
     def job_tick(self) -> list[dict]:
-        return self.detector.job_tick(self.wall_ns(), self.extrapolate)
+        return self.detector.job_tick(self.wall_ns())
 
     def admit(self, incidents: list[dict]) -> list[dict]:
         """Incidents worth publishing (not repeats), accounted in the metrics and the log."""
@@ -191,7 +194,7 @@ class Pipeline:
         out = []
         ref = self.wall_ns()
         for job in self.detector.jobs():
-            now = self.detector.job_clocks.now(job, ref, self.extrapolate(job))
+            now = self.detector.job_clocks.now(job, ref, not self.held(job))
             if now - self.health_at.get(job, 0) >= HEALTH_EVERY_NS:
                 self.health_at[job] = now
                 out.append(self.detector.health(job, ref))
@@ -290,6 +293,10 @@ def create_app(settings: Settings, pipeline: Pipeline) -> faust.App:
 
     async def publish_incidents(incidents: list[dict], wait: bool = True) -> None:
         for inc in pipeline.admit(incidents):
+            log.log(logging.INFO if inc["status"] in ("open", "resolved") else logging.DEBUG,
+                    "incident %s: %s %s %s in job %s, culprit ranks %s on %s: %s", inc["incident"], inc["status"],
+                    inc["severity"], inc["kind"], inc["job"], inc["culprit_ranks"], inc["culprit_nodes"],
+                    inc["summary"])
             kw = {"key": str(inc["job"]).encode(), "value": messages.dumps(inc), "timestamp": inc["ts_ns"] / 1e9}
             if wait:
                 await alerts_out.send(**kw)
@@ -329,11 +336,11 @@ def create_app(settings: Settings, pipeline: Pipeline) -> faust.App:
     async def job_agent(stream: Any) -> None:
         await consume(stream, pipeline.job_message, publish_incidents)
 
-    def lag_of(names: set[str]) -> tuple[dict[Any, int], bool]:
+    async def lag_of(names: set[str]) -> tuple[dict[Any, int], bool]:
         """Messages behind the partition end, per assigned partition of `names`, after the
-        last processed offset; and whether a partition that holds data has delivered nothing
-        since it was assigned, less than `STARTUP_GRACE_S` ago (at start-up, before every
-        partition is read, no job's detection may conclude from the partitions read first)."""
+        last processed offset; and whether a partition with messages to read has delivered
+        nothing since it was assigned, less than `STARTUP_GRACE_S` ago (at start-up, before
+        every partition is read, no job's detection may conclude from those read first)."""
         lags, unread = {}, False
         consumer = app.consumer
         mono = time.monotonic()
@@ -344,7 +351,12 @@ def create_app(settings: Settings, pipeline: Pipeline) -> faust.App:
             high = consumer.highwater(tp) or 0
             if last is None:
                 first_seen = assigned_at.setdefault(tp, mono)
-                unread |= high > 0 and mono - first_seen < STARTUP_GRACE_S
+                if high > 0 and mono - first_seen < STARTUP_GRACE_S:
+                    try:
+                        pos = await consumer.position(tp)
+                    except Exception:  # noqa: BLE001 - no position yet: count it unread
+                        pos = None
+                    unread |= pos is None or pos < high
                 lags[tp] = 0
             else:
                 lags[tp] = max(0, high - (last + 1))
@@ -354,7 +366,7 @@ def create_app(settings: Settings, pipeline: Pipeline) -> faust.App:
 
     @app.timer(TICK_S)
     async def tick() -> None:
-        lags, unread = lag_of({t.calls, t.progress, t.name(REPORTS), t.topology, t.steps, t.hw})
+        lags, unread = await lag_of({t.calls, t.progress, t.name(REPORTS), t.topology, t.steps, t.hw})
         pipeline.lagging = {tp for tp, lag in lags.items() if lag > 0}
         pipeline.unread = unread
         await publish_reports(pipeline.comm_tick(), wait=False)

@@ -36,13 +36,15 @@ def feed(built: Built, settings: Settings) -> tuple[list[dict], int]:
     events: list[dict] = []
     refused = 0
     last = None
-    for m in built.messages:
+    received = built.received_ns or [None] * len(built.messages)
+    for m, ref in zip(built.messages, received):
+        ref = m.ts_ns if ref is None else ref  # replay: the capture's time; live: when it arrived
         try:
-            events += det.feed(m)
+            events += det.feed(m, ref)
         except WireError:
             refused += 1
-        events += det.tick(m.ts_ns)
-        last = m.ts_ns if last is None else max(last, m.ts_ns)
+        events += det.tick(ref)
+        last = ref if last is None else max(last, ref)
     if last is not None:
         events += det.tick(last)
         for k in range(1, int(built.tail_s / TAIL_TICK_S) + 1):

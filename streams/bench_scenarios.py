@@ -44,6 +44,7 @@ class Built:
     truth: list[dict]
     jobs: dict[str, JobInfo]
     tail_s: float = 0.0  # keep ticking this long after the last message (jobs that end)
+    received_ns: list[int] | None = None  # per message, when a live worker receives it (arrival order)
 
 
 @dataclass
@@ -284,8 +285,10 @@ def build_three_jobs(seed: int, order: str) -> Built:
             jm.run_job(jm.JobConfig(job=f"m{seed}b", seed=seed + 1, faults=(jm.HostPause(6, 20.0, 3.0),), **base)),
             jm.run_job(jm.JobConfig(job=f"m{seed}c", seed=seed + 2, faults=(jm.HostHang(9, 22.0),), **base))]
     built = _built(runs, ["skewed", "healthy", ""], 0.0)
-    if order == "arrival":
-        built.messages = jm.merge(runs)
+    if order == "arrival":  # received as a live worker receives them: its wall clock is the reference
+        pairs = jm.merge_received(runs)
+        built.messages = [m for m, _ in pairs]
+        built.received_ns = [t for _, t in pairs]
     return built
 
 

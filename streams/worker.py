@@ -11,9 +11,10 @@ import argparse
 import logging
 from pathlib import Path
 
+from commwatch import discovery
 from commwatch.kafka import ensure_topics
 from commwatch.metrics import StreamMetrics, serve
-from commwatch.settings import Settings, SettingsError
+from commwatch.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -23,10 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    if not settings.kafka_bootstrap:
-        raise SettingsError(
-            "COMMWATCH_KAFKA_BOOTSTRAP: a worker needs a broker (start the embedded one with `commwatch up`)"
-        )
+    settings = discovery.with_kafka(settings, "commwatch worker")
     import faust
 
     from commwatch.streams.app import Pipeline, create_app, stream_topics

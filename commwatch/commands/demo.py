@@ -1,25 +1,24 @@
 """`commwatch demo`: the whole pipeline on the embedded default, in about two minutes.
 
-Starts the embedded broker (unless `COMMWATCH_KAFKA_BOOTSTRAP` names one), live stream
-workers (`commwatch worker`), the ClickHouse sink (`commwatch sink`, when installed) and a
-simulated 3D-parallel job in real time with a schedule of faults: a slow rank from 20 %
+Runs the stack of `commwatch up` (`commwatch.stack`: the embedded broker unless
+`COMMWATCH_KAFKA_BOOTSTRAP` names one, live stream workers, the ClickHouse sink, the live
+page when installed; no node agent) and a simulated 3D-parallel job in real time with a
+schedule of faults: a slow rank from 20 %
 of the run, then a hang of another rank at 60 %. It redraws the job's health every second
 (ranks, progress per communicator kind, open incidents and their culprits) and ends with
 the injected faults against the incidents detected. Exit status 0 when every expected
 fault was detected with the right culprit, 1 otherwise.
 
 Child processes log to `<data_dir>/demo/*.log`; all of them are stopped on exit and on
-Ctrl-C.
+Ctrl-C. While it runs, `commwatch status` and the history commands reach it through the
+data directory like any stack.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import importlib.util
 import json
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -28,11 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from commwatch import topics
-from commwatch.settings import Settings, env_key
+from commwatch.settings import Settings
 
 log = logging.getLogger(__name__)
 
-STARTUP_BUDGET_S = 12.0  # broker + workers joining their group, before the job starts
 DRAIN_S = 4.0  # after the job ends: let the last alerts arrive
 SLOW_AT = 0.2
 HANG_AT = 0.6
@@ -50,18 +48,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", help="job id (default: demo-HHMMSS)")
 
 
-def child_env(settings: Settings, **changes: Any) -> dict[str, str]:
-    """The environment that gives a child process these settings (secrets included)."""
-    s = settings.replace(**changes)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COMMWATCH_")}
-    defaults = Settings.load(env={})
-    for f in dataclasses.fields(s):
-        value = getattr(s, f.name)
-        if value != getattr(defaults, f.name) or f.name in ("data_dir", "kafka_bootstrap"):
-            env[env_key(f.name)] = str(value)
-    return env
-
-
 def fault_schedule(job_s: float, world: int) -> list[str]:
     """A slow rank, then a hang of another rank; times scale with the job's length."""
     slow_rank = (world * 5 // 16) % world
@@ -70,39 +56,6 @@ def fault_schedule(job_s: float, world: int) -> list[str]:
         hang_rank = (slow_rank + 1) % world
     return [f"slow:rank={slow_rank},factor={SLOW_FACTOR},at={job_s * SLOW_AT:.1f}s",
             f"hang:rank={hang_rank},at={job_s * HANG_AT:.1f}s"]
-
-
-class Children:
-    """Child processes, stopped together (SIGTERM, then SIGKILL after a grace period)."""
-
-    def __init__(self, log_dir: Path):
-        self.log_dir = log_dir
-        self.procs: list[tuple[str, subprocess.Popen]] = []
-
-    def start(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
-        out = open(self.log_dir / f"{name}.log", "wb")
-        proc = subprocess.Popen([sys.executable, "-m", "commwatch.cli", *argv], env=env, stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        out.close()
-        self.procs.append((name, proc))
-        return proc
-
-    def failed(self) -> list[str]:
-        return [n for n, p in self.procs if p.poll() not in (None, 0)]
-
-    def stop(self, name_prefix: str = "", grace_s: float = 15.0) -> None:
-        chosen = [(n, p) for n, p in self.procs if n.startswith(name_prefix)]
-        for _, p in chosen:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        for n, p in chosen:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                log.warning("%s did not stop in %.0f s; killing it", n, grace_s)
-                p.kill()
-                p.wait()
 
 
 def match(truth: list[dict], incidents: list[dict]) -> list[dict]:
@@ -141,10 +94,9 @@ def summary_lines(job: str, rows: list[dict], incidents: list[dict]) -> list[str
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from commwatch.embedded import EmbeddedBroker
-    from commwatch.kafka import consumer, ensure_topics
+    from commwatch.kafka import consumer
     from commwatch.producers.simulate.layout import Layout
-    from commwatch.streams.app import stream_topics
+    from commwatch.stack import Stack, StackFailed, child_env
     from commwatch.streams.health_view import HealthView
 
     started = time.monotonic()
@@ -153,31 +105,21 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
               file=sys.stderr)
         return 2
     job = args.job or time.strftime("demo-%H%M%S")
-    log_dir = Path(settings.data_dir) / "demo"
-    log_dir.mkdir(parents=True, exist_ok=True)
+    log_dir = Path(settings.data_dir).absolute() / "demo"
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-
-    broker = None
-    children = Children(log_dir)
+    components = ("worker", "page") if args.no_sink else ("worker", "sink", "page")
+    stack = Stack(settings, components=components, workers=args.workers, log_dir=log_dir, command="commwatch demo")
     try:
-        if settings.embedded_kafka:
-            broker = EmbeddedBroker(log_path=log_dir / "broker.log").start()
-            settings = settings.replace(kafka_bootstrap=broker.bootstrap)
-        bootstrap = settings.kafka_bootstrap
-        ensure_topics(settings, bootstrap, stream_topics(settings))
+        stack.start()
+        settings = stack.settings
         print(f"commwatch demo: job {job}, {args.ranks} ranks (tp {args.tp} x pp {args.pp} x dp {args.dp}); "
-              f"broker {bootstrap}; logs in {log_dir}", flush=True)
+              f"broker {settings.kafka_bootstrap}; logs in {log_dir}", flush=True)
+        if "page" in stack.ports:
+            print(f"live page: {stack.url('page')}", flush=True)
 
-        for n in range(args.workers):
-            children.start(f"worker-{n}", ["worker"], child_env(settings, metrics_port=0))
-        sink = not args.no_sink and importlib.util.find_spec("commwatch.sinks.clickhouse.cli_sink") is not None
-        if sink:
-            children.start("sink", ["sink"], child_env(settings, metrics_port=0))
-
-        watch = consumer(settings, bootstrap, group=f"commwatch-demo-{job}")
+        watch = consumer(settings, settings.kafka_bootstrap, group=f"commwatch-demo-{job}")
         watch.subscribe([settings.topics.alerts, settings.topics.progress, settings.topics.topology])
-        wait_for_workers(log_dir, args.workers, children, deadline=started + STARTUP_BUDGET_S)
-
+        sink = "sink" in stack.ports
         job_s = max(10.0, args.duration - (time.monotonic() - started) - DRAIN_S - (8.0 if sink else 2.0))
         faults = fault_schedule(job_s, args.ranks)
         truth_file = log_dir / f"{job}.truth.json"
@@ -186,12 +128,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                     "--duration", f"{job_s:.1f}", "--truth", str(truth_file)]
         for f in faults:
             sim_argv += ["--fault", f]
-        sim = children.start("simulate", sim_argv, child_env(settings))
+        sim = stack.supervisor.start("simulate", sim_argv, child_env(settings), restart=False).proc
         print(f"commwatch demo: simulating {job_s:.0f} s with faults {', '.join(faults)}", flush=True)
 
         layout = Layout(job, args.tp, args.pp, args.dp)
         view = HealthView(job, {c.hex: c.name for c in layout.comms})
-        incidents = follow(watch, settings, view, sim, children, job_s + DRAIN_S)
+        incidents = follow(watch, settings, view, sim, stack, job_s + DRAIN_S)
         watch.close()
         if sim.poll() != 0:
             print(f"commwatch demo: the simulator failed (see {log_dir / 'simulate.log'})", file=sys.stderr)
@@ -199,33 +141,22 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         truth = json.loads(truth_file.read_text())["faults"]
         rows = match(truth, incidents)
         print("\n".join(summary_lines(job, rows, incidents)))
-        children.stop("worker")
+        stack.stop()  # the workers first, then the sink, which writes what they published
         if sink:
-            children.stop("sink")
             print(f"incidents stored in ClickHouse; see them with:  commwatch incidents --job {job}")
         print(f"commwatch demo: done in {time.monotonic() - started:.0f} s")
         return 0 if rows and all(r["culprit_ok"] for r in rows) else 1
+    except StackFailed as exc:
+        print(f"commwatch demo: FAILED: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("\ncommwatch demo: interrupted", file=sys.stderr)
         return 130
     finally:
-        children.stop()
-        if broker:
-            broker.stop()
+        stack.stop()
 
 
-def wait_for_workers(log_dir: Path, n: int, children: Children, deadline: float) -> None:
-    """Until every worker serves metrics (its agents start right after), or the deadline."""
-    while time.monotonic() < deadline:
-        ready = sum(1 for i in range(n) if b"metrics on" in (log_dir / f"worker-{i}.log").read_bytes())
-        if ready == n:
-            return
-        if children.failed():
-            raise SystemExit(f"commwatch demo: {', '.join(children.failed())} failed at start (see {log_dir})")
-        time.sleep(0.2)
-
-
-def follow(watch: Any, settings: Settings, view: Any, sim: subprocess.Popen, children: Children,
+def follow(watch: Any, settings: Settings, view: Any, sim: subprocess.Popen, stack: Any,
            max_s: float) -> list[dict]:
     """Consume alerts/progress/topology, redraw the view every second, until the job ends
     (plus a drain), or `max_s`. Returns the latest state of every incident of the job."""
@@ -234,7 +165,6 @@ def follow(watch: Any, settings: Settings, view: Any, sim: subprocess.Popen, chi
     ended_at = None
     next_draw = 0.0
     draws = 0
-    warned: set[str] = set()
     while time.monotonic() < end:
         if ended_at is None and sim.poll() is not None:
             ended_at = time.monotonic()
@@ -258,9 +188,7 @@ def follow(watch: Any, settings: Settings, view: Any, sim: subprocess.Popen, chi
             elif draws % 10 == 0:
                 print(view.render().splitlines()[0], flush=True)
             draws += 1
-        for name in set(children.failed()) - warned:
-            warned.add(name)
-            print(f"commwatch demo: {name} exited with an error (see its log)", file=sys.stderr)
+        stack.check()  # restarts a component that died; raises StackFailed past the bound
     if tty:
         print(view.render())
     return [i for i in view.incidents.values()]

@@ -17,7 +17,7 @@ import time
 import uuid
 from typing import Callable
 
-from commwatch import topics
+from commwatch import discovery, topics
 from commwatch.capture import CaptureWriter, Message
 from commwatch.settings import Settings
 
@@ -67,10 +67,7 @@ def record(settings: Settings, out: str, duration_s: float = 0.0, idle_exit_s: f
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    if settings.embedded_kafka:
-        print("commwatch record: needs a broker: pass --kafka-bootstrap or set COMMWATCH_KAFKA_BOOTSTRAP "
-              "(e.g. the address `commwatch up` prints)", file=sys.stderr)
-        return 2
+    settings = discovery.with_kafka(settings, "commwatch record")
     if args.duration < 0 or args.idle_exit < 0:
         print("commwatch record: --duration and --idle-exit must be >= 0", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 
+from commwatch import discovery
 from commwatch.settings import Settings
 
 
@@ -26,21 +27,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     changes = {k: v for k, v in (("ring_dir", args.ring_dir), ("job_id", args.job), ("node_name", args.node))
                if v}
-    settings = settings.replace(**changes)
-    broker = None
+    settings = discovery.with_kafka(settings.replace(**changes), "commwatch agent")
     bootstrap = settings.kafka_bootstrap
-    if not bootstrap:
-        from commwatch.embedded import EmbeddedBroker
-
-        broker = EmbeddedBroker().start()
-        bootstrap = broker.bootstrap
-        print(f"commwatch agent: embedded broker on {bootstrap}", flush=True)
     if not args.no_metrics:
-        from prometheus_client import start_http_server
+        from prometheus_client import REGISTRY
 
-        server, _ = start_http_server(settings.metrics_port, addr=settings.metrics_host)
-        print(f"commwatch agent: metrics on http://{settings.metrics_host}:{server.server_port}/metrics",
-              flush=True)
+        from commwatch.metrics import serve
+
+        _server, port = serve(REGISTRY, settings.metrics_host, settings.metrics_port)
+        print(f"commwatch agent: metrics on http://{settings.metrics_host}:{port}/metrics", flush=True)
     try:
         nvml = open_nvml(args.nvml_replay)
     except (OSError, ValueError) as exc:
@@ -54,9 +49,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     except KeyboardInterrupt:
         stop.set()
         agent.close()
-    finally:
-        if broker is not None:
-            broker.stop()
     print(f"commwatch agent: {agent.records} records, {agent.outbox.sent} messages sent, "
           f"{agent.outbox.dropped} dropped, {agent.lost} records lost in rings", flush=True)
     return 0

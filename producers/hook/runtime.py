@@ -113,6 +113,25 @@ class Hook:
             if self.completions is None:
                 self.completions = Completions(self.write_call, self.events, timeout_s=self.completion_timeout_s)
         log.info("commwatch hook: rank %d writes %s", self.rank, self.ring.path)
+        self.check_reader()
+
+    def check_reader(self) -> None:
+        """Warn when the stack under the data directory reads rings elsewhere (once, at open)."""
+        from commwatch import discovery
+
+        try:
+            stack = discovery.running_stack(self.settings.data_dir)
+        except Exception:  # never let a look-up disturb training
+            return
+        if stack is None:
+            log.info("commwatch hook: no commwatch stack runs under %s; a `commwatch agent` on this node must read "
+                     "%s", self.settings.data_dir, self.settings.ring_dir)
+            return
+        theirs = stack.env.get("COMMWATCH_RING_DIR", "")
+        if theirs and Path(theirs).absolute() != Path(self.settings.ring_dir).absolute():
+            log.warning("commwatch hook: the stack under %s reads rings in %s but this rank writes them in %s; "
+                        "set COMMWATCH_RING_DIR=%s (see %s)", stack.data_dir, theirs, self.settings.ring_dir, theirs,
+                        discovery.stack_file(stack.data_dir))
 
     def meta_file(self) -> Path:
         if self.ring is not None:

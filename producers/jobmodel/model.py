@@ -304,10 +304,16 @@ def truth(run: JobRun) -> list[dict]:
 def merge(runs: list[JobRun]) -> list[Message]:
     """The messages of several jobs in the order a consumer receives them (true send time).
     Jobs must share `start_ns` for their true times to be comparable."""
-    sent = [(s.t + (r.config.start_ns - runs[0].config.start_ns) / 1e9, i, s.node, s.msg)
-            for i, r in enumerate(runs) for s in r.sent]
+    return [m for m, _ in merge_received(runs)]
+
+
+def merge_received(runs: list[JobRun]) -> list[tuple[Message, int]]:
+    """As `merge`, with when each message was sent in true time (ns): a consumer's wall clock
+    when it arrives, whatever the clock of the job that stamped it."""
+    base = runs[0].config.start_ns
+    sent = [(s.t + (r.config.start_ns - base) / 1e9, i, s.node, s.msg) for i, r in enumerate(runs) for s in r.sent]
     sent.sort(key=lambda x: x[:3])
-    return [m for *_k, m in sent]
+    return [(m, base + round(t * 1e9)) for t, _i, _n, m in sent]
 
 
 def write_capture(path, msgs: list[Message]) -> int:

@@ -44,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-s", type=float, default=20.0, help="length of a checkpoint pause")
     out = p.add_mutually_exclusive_group(required=True)
     out.add_argument("--out", metavar="FILE.cwcap", help="write a capture file (+ FILE.cwcap.truth.json)")
-    out.add_argument("--kafka", action="store_true", help="produce to Kafka (settings' bootstrap or embedded)")
+    out.add_argument("--kafka", action="store_true", help="produce to Kafka (COMMWATCH_KAFKA_BOOTSTRAP or the running stack's)")
     pace = p.add_mutually_exclusive_group()
     pace.add_argument("--realtime", action="store_true", help="pace messages to the wall clock (starts now)")
     pace.add_argument("--fast", action="store_true", help="as fast as possible (default)")
@@ -115,25 +115,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _to_kafka(sim: Simulation, settings: Settings, realtime: bool) -> tuple[int, str]:
-    from commwatch.embedded import EmbeddedBroker
+    from commwatch import discovery
     from commwatch.kafka import Sender, ensure_topics
 
-    broker = None
-    bootstrap = settings.kafka_bootstrap
-    if settings.embedded_kafka:
-        broker = EmbeddedBroker().start()
-        bootstrap = broker.bootstrap
-        print(f"commwatch simulate: embedded broker on {bootstrap} (it stops when this command ends; "
-              "run `commwatch up` and pass --kafka-bootstrap to keep the messages)", file=sys.stderr)
-    try:
-        ensure_topics(settings, bootstrap)
-        sender = Sender(settings, bootstrap)
-        res = send_kafka(sim.messages(), sender, settings.topics, realtime=realtime)
-        if res.failed or res.queued_at_exit:
-            print(f"commwatch simulate: {res.failed} messages failed, {res.queued_at_exit} undelivered",
-                  file=sys.stderr)
-            return -1, bootstrap
-        return res.sent, f"kafka {bootstrap} (prefix {settings.topic_prefix!r})"
-    finally:
-        if broker:
-            broker.stop()
+    bootstrap = discovery.with_kafka(settings, "commwatch simulate --kafka").kafka_bootstrap
+    ensure_topics(settings, bootstrap)
+    sender = Sender(settings, bootstrap)
+    res = send_kafka(sim.messages(), sender, settings.topics, realtime=realtime)
+    if res.failed or res.queued_at_exit:
+        print(f"commwatch simulate: {res.failed} messages failed, {res.queued_at_exit} undelivered",
+              file=sys.stderr)
+        return -1, bootstrap
+    return res.sent, f"kafka {bootstrap} (prefix {settings.topic_prefix!r})"

@@ -36,6 +36,29 @@ def string_runs(runs: list[tuple[str, int]]) -> bytes:
     return b"".join(native_string(v) * n for v, n in runs)
 
 
+_HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+
+
+def hex_strings(values: np.ndarray) -> bytes:
+    """A String column of uint64 values as 16 lowercase hex digits each (the comm id format).
+
+    >>> hex_strings(np.array([255], dtype=np.uint64))
+    b'\\x1000000000000000ff'
+    """
+    values = np.asarray(values, dtype=np.uint64)
+    starts = np.flatnonzero(values[1:] != values[:-1]) + 1
+    if len(starts) * 16 < len(values):  # long runs (a batch is one comm): one string per run
+        bounds = np.concatenate(([0], starts, [len(values)]))
+        return b"".join((b"\x10" + f"{int(values[a]):016x}".encode()) * int(b - a)
+                        for a, b in zip(bounds[:-1], bounds[1:]))
+    raw = np.ascontiguousarray(values, dtype=">u8").view(np.uint8).reshape(-1, 8)
+    out = np.empty((len(raw), 17), dtype=np.uint8)
+    out[:, 0] = 16  # the varint length of each string
+    out[:, 1::2] = _HEX_DIGITS[raw >> 4]
+    out[:, 2::2] = _HEX_DIGITS[raw & 15]
+    return out.tobytes()
+
+
 def native_block(rows: int, columns: list[tuple[str, str, np.ndarray | bytes]]) -> bytes:
     """`columns` is [(name, ClickHouse type, numpy array or pre-encoded bytes)]."""
     parts = [varint(len(columns)), varint(rows)]

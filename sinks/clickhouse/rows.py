@@ -1,7 +1,8 @@
 """Decoded contract messages -> ClickHouse rows.
 
 Calls stay columnar: a `CallBatch` becomes numpy columns (completed CALL records only)
-and then one Native block. The JSON topics are low-volume and become plain row lists.
+and then one Native block; `comm` becomes 16 lowercase hex digits on the way, the format
+of every table and wire key. The JSON topics are low-volume and become plain row lists.
 
 The internal topic `cw.internal.windows.v1` (key `{job}`) carries the live workers'
 per-rank window statistics, one JSON object per rank and window:
@@ -19,7 +20,7 @@ import numpy as np
 
 from commwatch import messages, topics
 from commwatch.decode import CallBatch
-from commwatch.sinks.clickhouse.native import native_block, string_runs
+from commwatch.sinks.clickhouse.native import hex_strings, native_block, string_runs
 from commwatch.sinks.clickhouse.schema import NS, OP_ENUM
 from commwatch.wire import FLAG_COMPLETED, KIND_CALL, WireError
 
@@ -27,7 +28,7 @@ WINDOWS = "cw.internal.windows.v1"
 MS = 1_000_000
 
 CALL_TYPES = (
-    ("comm", "UInt64"), ("seq", "UInt64"), ("rank", "Int32"), ("op", OP_ENUM), ("peer", "Int32"),
+    ("comm", "String"), ("seq", "UInt64"), ("rank", "Int32"), ("op", OP_ENUM), ("peer", "Int32"),
     ("bytes", "UInt64"), ("start", NS), ("end", NS), ("start_corrected", NS),
 )
 
@@ -60,7 +61,8 @@ def calls_block(chunks: list[tuple[str, dict[str, np.ndarray]]]) -> tuple[int, b
     n = sum(len(c["seq"]) for _, c in chunks)
     cols: list[tuple[str, str, Any]] = [("job", "String", string_runs([(job, len(c["seq"])) for job, c in chunks]))]
     for name, typ in CALL_TYPES:
-        cols.append((name, typ, np.concatenate([c[name] for _, c in chunks]) if chunks else np.zeros(0)))
+        values = np.concatenate([c[name] for _, c in chunks]) if chunks else np.zeros(0, dtype=np.uint64)
+        cols.append((name, typ, hex_strings(values) if name == "comm" else values))
     return n, native_block(n, cols)
 
 

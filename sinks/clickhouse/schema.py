@@ -9,7 +9,8 @@ Tables (all partitioned by day, replacing engines so that a batch written twice 
 crash or a retry reads once with `FINAL`):
 
 - `incidents`: the latest state of every incident (wire contract section 3).
-- `calls`: one row per completed call record.
+- `calls`: one row per completed call record. `comm` is 16 lowercase hex digits here as in
+  every table, wire key and output (migration 2 converted the decimal UInt64 of version 1).
 - `windows`: per-rank window statistics published by the live workers.
 - `steps`, `hw`, `topology`: iteration timing, hardware samples, rank placement.
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from commwatch.settings import Settings
 from commwatch.wire import OP_NAMES
@@ -34,9 +35,59 @@ NS = "DateTime64(9, 'UTC')"
 
 @dataclass(frozen=True)
 class Migration:
+    """Idempotent statements, or `apply(client, db, settings)` for a step that must look first."""
+
     version: int
     name: str
-    statements: tuple[str, ...]
+    statements: tuple[str, ...] = ()
+    apply: Callable[[Any, str, Settings], None] | None = None
+
+
+CALLS_COLUMNS = "job, comm, seq, rank, op, peer, bytes, start, end, start_corrected"
+
+
+def calls_table(db: str, name: str, ttl_calls: int) -> str:
+    """The `calls` table as of migration 2: `comm` as 16 lowercase hex digits, like every
+    other table, the wire keys and every output."""
+    return f"""CREATE TABLE IF NOT EXISTS {db}.{name} (
+            job LowCardinality(String),
+            comm LowCardinality(String),
+            seq UInt64 CODEC(Delta, ZSTD),
+            rank Int32,
+            op {OP_ENUM},
+            peer Int32 CODEC(ZSTD),
+            bytes UInt64 CODEC(T64, ZSTD),
+            start {NS} CODEC(Delta, ZSTD),
+            end {NS} CODEC(Delta, ZSTD),
+            start_corrected {NS} CODEC(Delta, ZSTD)
+        ) ENGINE = ReplacingMergeTree
+        PARTITION BY toDate(start)
+        ORDER BY (job, comm, seq, rank, op, peer)
+        TTL toDateTime(start) + INTERVAL {ttl_calls} DAY
+        {DEDUP}"""
+
+
+def column_type(client: Any, db: str, table: str, column: str) -> str | None:
+    rows = client.query("SELECT type FROM system.columns WHERE database = {db:String} AND table = {t:String} "
+                        "AND name = {c:String}", parameters={"db": db, "t": table, "c": column}).result_rows
+    return rows[0][0] if rows else None
+
+
+def calls_comm_hex(client: Any, db: str, settings: Settings) -> None:
+    """Migration 2: `calls.comm` from UInt64 (shown in decimal) to 16 lowercase hex digits.
+
+    `comm` is in the sort key, so the table is rebuilt: a copy with the new type is filled
+    from the old one and the two are exchanged. Safe to run again after an interruption:
+    a half-filled copy is dropped and refilled while `calls` still has the old type, and a
+    copy left behind after the exchange (the old data) is dropped."""
+    if column_type(client, db, "calls", "comm") == "UInt64":
+        client.command(f"DROP TABLE IF EXISTS {db}.calls_hex")
+        client.command(calls_table(db, "calls_hex", settings.clickhouse_ttl_calls_days))
+        client.command(f"INSERT INTO {db}.calls_hex ({CALLS_COLUMNS}) "
+                       f"SELECT job, leftPad(lower(hex(comm)), 16, '0'), seq, rank, op, peer, bytes, start, end, "
+                       f"start_corrected FROM {db}.calls")
+        client.command(f"EXCHANGE TABLES {db}.calls AND {db}.calls_hex")
+    client.command(f"DROP TABLE IF EXISTS {db}.calls_hex")
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -143,6 +194,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         TTL toDateTime(ts) + INTERVAL {{ttl}} DAY
         {DEDUP}""",
     )),
+    Migration(2, "calls.comm as 16 hex digits", apply=calls_comm_hex),
 )
 
 TABLES = ("incidents", "calls", "windows", "steps", "hw", "topology")
@@ -161,8 +213,9 @@ def applied_versions(client: Any, db: str) -> set[int]:
     return {int(r[0]) for r in rows}
 
 
-def migrate(client: Any, settings: Settings) -> list[int]:
-    """Apply pending migrations; returns the versions applied now (empty: up to date)."""
+def migrate(client: Any, settings: Settings, target: int | None = None) -> list[int]:
+    """Apply pending migrations (up to version `target`, default: all); returns the
+    versions applied now (empty: up to date)."""
     db = check_database_name(settings.clickhouse_database)
     client.command(f"CREATE DATABASE IF NOT EXISTS {db}")
     client.command(
@@ -173,11 +226,13 @@ def migrate(client: Any, settings: Settings) -> list[int]:
     done = applied_versions(client, db)
     applied = []
     for m in MIGRATIONS:
-        if m.version in done:
+        if m.version in done or (target is not None and m.version > target):
             continue
         for stmt in m.statements:
             client.command(stmt.format(db=db, ttl=settings.clickhouse_ttl_days,
                                        ttl_calls=settings.clickhouse_ttl_calls_days))
+        if m.apply is not None:
+            m.apply(client, db, settings)
         client.insert(f"{db}.schema_migrations", [[m.version, m.name]], column_names=["version", "name"])
         log.info("applied migration %d (%s) to %s", m.version, m.name, db)
         applied.append(m.version)

@@ -57,7 +57,7 @@ def write_trace(client: Any, job: str, out: IO[str], t_from: int | None = None, 
         emit({"ph": "M", "name": "thread_sort_index", "pid": PID, "tid": rank, "args": {"sort_index": rank}})
     for rank, op, comm, seq, peer, nbytes, start, end in calls:
         shift_us = offsets.get(rank, 0.0) * 1000.0
-        args = {"comm": f"{comm:016x}", "seq": seq, "bytes": nbytes}
+        args = {"comm": comm, "seq": seq, "bytes": nbytes}
         if peer >= 0:
             args["peer"] = peer
         emit({"ph": "X", "name": op, "cat": "nccl", "pid": PID, "tid": rank,

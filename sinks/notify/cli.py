@@ -19,7 +19,7 @@ import time
 
 from confluent_kafka import KafkaError
 
-from commwatch import kafka, topics
+from commwatch import discovery, kafka, topics
 from commwatch.capture import Message
 from commwatch.decode import decode_message
 from commwatch.metrics import NotifyMetrics
@@ -89,6 +89,7 @@ def serve(settings: Settings, stop: threading.Event, group: str = "commwatch-not
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    settings = discovery.with_kafka(settings, "commwatch notify")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

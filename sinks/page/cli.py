@@ -12,6 +12,7 @@ import argparse
 import signal
 import sys
 
+from commwatch import discovery
 from commwatch.settings import Settings, SettingsError
 
 
@@ -25,18 +26,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from commwatch.sinks.page.server import PageServer
 
     changes = {k: v for k, v in (("page_host", args.host), ("page_port", args.port)) if v is not None}
-    settings = settings.replace(**changes)
-    if not settings.kafka_bootstrap:
-        raise SettingsError(
-            "COMMWATCH_KAFKA_BOOTSTRAP: the live page reads a broker (start the embedded one with `commwatch up`)"
-        )
+    settings = discovery.with_kafka(settings.replace(**changes), "commwatch page")
     server = PageServer(settings, history=not args.no_history)
     try:
         server.bind()
     except OSError as exc:
-        print(f"commwatch page: cannot listen on {settings.page_host}:{settings.page_port}: {exc.strerror}",
-              file=sys.stderr)
-        return 1
+        raise SettingsError(f"COMMWATCH_PAGE_PORT: cannot listen on {settings.page_host}:{settings.page_port} "
+                            f"({exc.strerror}); set COMMWATCH_PAGE_PORT=0 for a free port, or another port") from None
     print(f"live page: {server.url}", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:

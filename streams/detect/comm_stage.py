@@ -5,7 +5,8 @@ Reports (JSON-able dicts, each with "type", "job", "ts_ns" = the job's event tim
 - `window` / `p2p_window`: per-member timing features of a comm (`windows.py`).
 - `wait`: the comm's blocked instances, repeated at every tick while they last (from
   `WAIT_REPORT_S` of waiting on): `instances` = [{`seq`, `op`, `p2p`, `since_ns`, `entered`
-  (ranks inside it), `missing` (members that never entered it)}]. A collective comm has at
+  (ranks inside it), `missing` (members that never entered it), `t_in` (when each entered
+  it, on its own clock, 0 unknown)}]. A collective comm has at
   most one blocked instance: the first that no member completed (`d + 1`); the calls a
   rank queued behind it are not listed (they are symptoms). A P2P channel is blocked when
   a posted send or recv does not complete; its instance has the two ranks as members.
@@ -13,7 +14,9 @@ Reports (JSON-able dicts, each with "type", "job", "ts_ns" = the job's event tim
 - `comm` (every `COMM_REPORT_NS` per comm): `members`, `nodes`, `size`, `unknown` (members
   never seen), `d` / `s` (highest collective completed / entered by any member),
   `gap_p99_ns` (the comm's cadence: how long its members normally go without progress),
-  `last_ns` (when any member last made progress), `active` (it carried a call),
+  `last_ns` (when any member last made progress), `seen_ns` (the event time of the newest
+  message about the comm: heartbeats come every period, so older means its input is
+  behind), `active` (it carried a call),
   `quiet` ([[rank, since_ns]]: members without progress for `QUIET_NS` or more),
   `stuck` ([[rank, completed, since_ns]]: members whose completion counter stopped while
   their peers completed later instances: a stuck completion path), `exited`, `left`.
@@ -90,7 +93,7 @@ class CommStage:
         `FLUSH_RECORDS` are pending), so the per-batch numpy overhead is paid rarely."""
         key = (batch.job, batch.comm)
         st = self.comms.get(key) or self.state(batch.job, batch.comm)
-        st.last_seen_ns = now_ns
+        st.last_seen_ns = max(st.last_seen_ns, now_ns if stamp is None else stamp)
         if not st.pending:
             st.pending_since = now_ns
             self._dirty.add(key)
@@ -121,7 +124,7 @@ class CommStage:
     def feed_progress(self, hb: dict, now_ns: int, stamp: int | None = None) -> list[dict]:
         job, node = hb["job"], hb["node"]
         st = self.state(job, int(hb["comm"], 16))
-        st.last_seen_ns = now_ns
+        st.last_seen_ns = max(st.last_seen_ns, now_ns if stamp is None else stamp)
         out = self._flush(st, now_ns) if st.pending else []  # records first: they are older
         st.apply_progress(hb, now_ns if stamp is None else stamp)
         last = self._node_seen.get((job, node), 0)
@@ -180,7 +183,7 @@ class CommStage:
             return True
         if st.open_since and now_ns - st.open_since >= WAIT_REPORT_NS // 2:
             return True
-        return any(s > d and 0 < t <= now_ns - WAIT_REPORT_NS // 2 for s, d, t in st.p2p.values())
+        return any(s > d and 0 < t <= now_ns - WAIT_REPORT_NS // 2 for s, d, t, _ in st.p2p.values())
 
     @staticmethod
     def _p2p_due(st: CommState, now_ns: int) -> bool:
@@ -236,7 +239,7 @@ class CommStage:
             "members": ranks.tolist(), "nodes": st.nodes(), "size": int(st.size), "unknown": st.unknown(),
             "d": int(st.d_max), "s": int(st.started.max()) if st.n else -1, "p2p_only": st.p2p_only,
             "active": bool((st.n and int(st.started.max()) >= 0) or st.p2p),
-            "gap_p99_ns": int(p99), "last_ns": int(st.adv_ns.max()) if st.n else 0,
+            "gap_p99_ns": int(p99), "last_ns": int(st.adv_ns.max()) if st.n else 0, "seen_ns": int(st.last_seen_ns),
             "quiet": [[int(ranks[i]), int(since[i])] for i in quiet.tolist()],
             "stuck": [[int(ranks[i]), int(st.completed[i]), int(st.done_adv_ns[i])] for i in stuck.tolist()],
             "exited": ranks[st.exited].tolist(), "left": ranks[st.left].tolist(),
@@ -254,9 +257,10 @@ class CommStage:
             if now_ns - since >= WAIT_REPORT_NS:
                 entered = st.started >= k
                 instances.append({"seq": int(k), "op": st.op_of(k), "p2p": False, "since_ns": int(since),
-                                  "entered": ranks[entered].tolist(), "missing": ranks[~entered].tolist()})
+                                  "entered": ranks[entered].tolist(), "missing": ranks[~entered].tolist(),
+                                  "t_in": st.entered_at(k, np.flatnonzero(entered))})
         seen: set[tuple[int, int, int]] = set()
-        for (a, b, is_recv), (s, d, since) in st.p2p.items():
+        for (a, b, is_recv), (s, d, since, t_in) in st.p2p.items():
             if s <= d or since <= 0 or now_ns - since < WAIT_REPORT_NS or (a, b, d + 1) in seen:
                 continue
             k = d + 1
@@ -268,7 +272,8 @@ class CommStage:
             op = ("Recv" if is_recv else "Send") if posted else ("Send" if is_recv else "Recv")
             instances.append({"seq": int(k), "op": op, "p2p": True,
                               "since_ns": int(since), "entered": [int(ranks[a])] + ([int(ranks[b])] if posted else []),
-                              "missing": [] if posted or (other is not None and other[1] >= k) else [int(ranks[b])]})
+                              "missing": [] if posted or (other is not None and other[1] >= k) else [int(ranks[b])],
+                              "t_in": [int(t_in)] + ([int(other[3])] if posted else [])})
         instances = [i for i in instances if i["entered"]]
         if not instances:
             return None

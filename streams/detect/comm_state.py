@@ -44,7 +44,8 @@ MAX_SEQ = 1 << 62  # seq beyond this is not a real count: dropped
 GAP_REFRESH = 64
 WINDOW_MIN_NS = 1_000_000_000  # a window covers at least this much event time
 MAX_CHANNELS = 1 << 16  # P2P channels kept per comm
-MAX_P2P_INTERVALS = 1 << 18  # completed recvs kept for the windows not reported yet
+MAX_P2P_INTERVALS = 1 << 18  # completed P2P calls kept for the windows not reported yet
+RECV_FWD, RECV_BWD, SEND_FWD, SEND_BWD = 0, 1, 2, 3  # P2P call kinds (from/to an earlier/later stage)
 
 
 def _footprint(obj, depth: int = 0) -> int:
@@ -102,10 +103,10 @@ class CommState:
         self.d_adv_ns = 0  # when it last advanced
         self.open_since = 0  # when a member first entered instance d_max + 1 (0: none yet)
         self.p2p_only = True  # no collective seen yet
-        # P2P channels: (slot, peer slot, is_recv) -> [started, completed, open_since_ns]
+        # P2P channels: (slot, peer slot, is_recv) -> [started, completed, open_since_ns, entered_at]
         self.p2p: dict[tuple[int, int, int], list[int]] = {}
-        # completed timed recvs (slot, start, end), kept until the window they fall in is reported
-        self.p2p_iv: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        # completed timed P2P calls, kept until the window they fall in is reported
+        self.p2p_iv: list[tuple[np.ndarray, ...]] = []  # (slot, start, end, kind: RECV_FWD ... SEND_BWD)
         self.p2p_iv_n = 0
         self.p2p_untimed = 0
         self.p2p_win_start = 0  # start of the next P2P window to report (0: none yet)
@@ -115,8 +116,9 @@ class CommState:
         self.tag = np.full(self.rows, -1, np.int64)
         self.ops = np.zeros(self.rows, np.uint8)
         self.bytes = np.zeros(self.rows, np.float64)
-        self.etag = np.full(self.rows, -1, np.int64)  # op of recently entered instances (for waits)
-        self.eop = np.zeros(self.rows, np.uint8)
+        self.etag = np.full(self.rows, -1, np.int64)  # recently entered instances (for waits): ...
+        self.eop = np.zeros(self.rows, np.uint8)  # ... their op ...
+        self.et = np.zeros((self.rows, 0), np.int64)  # ... and when each member entered them (its clock)
         self.st = np.zeros((self.rows, 0), np.int64)
         self.en = np.zeros((self.rows, 0), np.int64)
         self.ok = np.zeros((self.rows, 0), bool)  # timing valid
@@ -148,6 +150,7 @@ class CommState:
         self.st = np.concatenate([self.st, np.zeros((self.rows, add), np.int64)], axis=1)
         self.en = np.concatenate([self.en, np.zeros((self.rows, add), np.int64)], axis=1)
         self.ok = np.concatenate([self.ok, np.zeros((self.rows, add), bool)], axis=1)
+        self.et = np.concatenate([self.et, np.zeros((self.rows, add), np.int64)], axis=1)
         self.n += add
 
     def slots_of(self, ranks: np.ndarray, now_ns: int) -> np.ndarray:
@@ -186,10 +189,19 @@ class CommState:
                 self.bytes = np.zeros(rows, np.float64)
                 self.etag = np.full(rows, -1, np.int64)
                 self.eop = np.zeros(rows, np.uint8)
+                self.et = np.zeros((rows, self.n), np.int64)
                 self.st = np.zeros((rows, self.n), np.int64)
                 self.en = np.zeros((rows, self.n), np.int64)
                 self.ok = np.zeros((rows, self.n), bool)
                 self.frontier = self.win_start = -1
+
+    def _ranks_in_order(self) -> None:
+        """A comm known from heartbeats only names no comm ranks: take them to be its members'
+        global ranks in ascending order (as groups are built), until records say otherwise."""
+        order = np.argsort(self.rank_of, kind="stable")
+        self.cr_slot = order.astype(np.int64)
+        self.crank = np.empty(self.n, np.int64)
+        self.crank[order] = np.arange(self.n)
 
     def members(self) -> list[int]:
         return self.rank_of.tolist()
@@ -316,8 +328,15 @@ class CommState:
                            timed: np.ndarray, ts: np.ndarray) -> list[tuple[int, int]]:
         seq = c["seq"].astype(np.int64)
         erow = seq % self.rows
-        self.etag[erow] = seq
+        fresh = seq > self.etag[erow]
+        if fresh.any():
+            self.et[np.unique(erow[fresh])] = 0
+        self.etag[erow] = np.maximum(self.etag[erow], seq)
         self.eop[erow] = c["op"]
+        cur = self.etag[erow] == seq
+        if cur.any():  # the first time seen of each member's entry (enqueue, or device start)
+            er, es = erow[cur], slot[cur]
+            self.et[er, es] = np.where(self.et[er, es] == 0, c["t_start_ns"][cur], self.et[er, es])
         ls, lseq = _last_per_key(slot, seq)
         self.started[ls] = np.maximum(self.started[ls], lseq)
         old_d = self.d_max
@@ -373,10 +392,12 @@ class CommState:
         if not len(c):
             return
         peer = self.cr_slot[peer_cr]
+        peer_cr_all = peer_cr
         seen = peer >= 0
         if not seen.all():  # the peer's comm rank is not mapped to a rank yet: its counters come again
             self.dropped["p2p_peer_unseen"] += int((~seen).sum())
             c, slot, done, timed, peer, ts = c[seen], slot[seen], done[seen], timed[seen], peer[seen], ts[seen]
+            peer_cr_all = peer_cr[seen]
             if not len(c):
                 return
         is_recv = (c["op"] == wire.OP_RECV).astype(np.int64)
@@ -384,6 +405,10 @@ class CommState:
         key = (slot << 33) | ((peer & 0xFFFFFFFF) << 1) | is_recv
         ks, ss = _last_per_key(key, seq)
         _, kts = _last_per_key(key, ts)
+        order = np.lexsort((seq, key))  # per channel, its records in seq order: entry times by seq
+        entry = {}
+        for k, q, t0 in zip(key[order].tolist(), seq[order].tolist(), c["t_start_ns"][order].tolist()):
+            entry.setdefault(k, {}).setdefault(q, t0)
         dks, dss = _last_per_key(key[done], seq[done]) if done.any() else (ks[:0], ss[:0])
         comp = dict(zip(dks.tolist(), dss.tolist()))
         for k, s, t in zip(ks.tolist(), ss.tolist(), kts.tolist()):
@@ -394,22 +419,28 @@ class CommState:
                 if len(self.p2p) >= MAX_CHANNELS:
                     self.dropped["p2p_channels_full"] += 1
                     continue
-                st = self.p2p[ch] = [-1, -1, 0]
+                st = self.p2p[ch] = [-1, -1, 0, 0]
             st[0] = max(st[0], s)
             cs = comp.get(k)
             if cs is not None and cs > st[1]:
                 st[1] = cs
-                st[2] = 0
+                st[2] = st[3] = 0
             if st[0] > st[1] and st[2] == 0:
                 st[2] = t
-        # time inside a recv is time waiting for data; a send is posted and overlaps compute
-        recv_timed = timed & (is_recv == 1)
-        if recv_timed.any() and self.p2p_iv_n < MAX_P2P_INTERVALS:
-            t0 = c["t_start_ns"][recv_timed].astype(np.int64)
-            self.p2p_iv.append((slot[recv_timed], t0, np.maximum(c["t_end_ns"][recv_timed].astype(np.int64), t0)))
-            self.p2p_iv_n += int(recv_timed.sum())
-        elif recv_timed.any():
-            self.dropped["p2p_intervals_full"] += int(recv_timed.sum())
+            if st[0] > st[1] and st[3] == 0:
+                st[3] = entry.get(k, {}).get(st[1] + 1, 0)
+        # completed timed calls for the P2P windows, by kind: recvs (time inside one is waiting
+        # for data) and sends, from or to an earlier or a later stage (forward, backward)
+        if timed.any() and self.p2p_iv_n < MAX_P2P_INTERVALS:
+            t0 = c["t_start_ns"][timed].astype(np.int64)
+            t1 = np.maximum(c["t_end_ns"][timed].astype(np.int64), t0)
+            own = self.crank[slot[timed]]
+            later = peer_cr_all[timed] > own  # the peer is a later stage
+            kind = np.where(is_recv[timed] == 1, np.where(later, RECV_BWD, RECV_FWD), np.where(later, SEND_FWD, SEND_BWD))
+            self.p2p_iv.append((slot[timed], t0, t1, kind))
+            self.p2p_iv_n += int(timed.sum())
+        elif timed.any():
+            self.dropped["p2p_intervals_full"] += int(timed.sum())
         self.p2p_untimed += int((done & ~timed).sum())
 
     # --- heartbeats -------------------------------------------------------------------
@@ -421,6 +452,10 @@ class CommState:
             return
         ranks = np.fromiter((r["rank"] for r in entries), np.int64, len(entries))
         slots = self.slots_of(ranks, now_ns).tolist()
+        if any(r["started"] >= 0 for r in entries):
+            self.p2p_only = False
+        if not self.size and any(r.get("p2p") for r in entries):
+            self._ranks_in_order()
         moved = []
         for s, r in zip(slots, entries):
             self.node_of[int(self.rank_of[s])] = node
@@ -429,28 +464,35 @@ class CommState:
             if r["started"] > self.started[s]:
                 self.started[s] = r["started"]
                 moved.append(s)
+            k = self.d_max + 1
+            if r["started"] == k and r.get("t_last_start_ns"):  # it entered the first open instance then
+                row = k % self.rows
+                if self.etag[row] < k:
+                    self.etag[row], self.et[row] = k, 0
+                if self.etag[row] == k and self.et[row, s] == 0:
+                    self.et[row, s] = r["t_last_start_ns"]
             if r["completed"] > self.completed[s]:
                 self.completed[s] = r["completed"]
                 self.done_adv_ns[s] = now_ns
                 self.ever_done[s] = True
                 moved.append(s)
-            if r.get("p2p") and self.size:
+            if r.get("p2p"):
                 for p in r["p2p"]:
                     pcr = p["peer"]
-                    if not (0 <= pcr < self.size) or self.cr_slot[pcr] < 0:
+                    if not (0 <= pcr < len(self.cr_slot)) or self.cr_slot[pcr] < 0:
                         continue
                     ch = (s, int(self.cr_slot[pcr]), 1 if str(p["op"]).lower() == "recv" else 0)
                     st = self.p2p.get(ch)
                     if st is None:
                         if len(self.p2p) >= MAX_CHANNELS:
                             continue
-                        st = self.p2p[ch] = [-1, -1, 0]
+                        st = self.p2p[ch] = [-1, -1, 0, 0]
                     if p["started"] > st[0]:
                         st[0] = p["started"]
                         moved.append(s)
                     if p["completed"] > st[1]:
                         st[1] = p["completed"]
-                        st[2] = 0
+                        st[2] = st[3] = 0
                         moved.append(s)
                     if st[0] > st[1] and st[2] == 0:
                         st[2] = now_ns
@@ -507,9 +549,16 @@ class CommState:
                 break
         return closed
 
+    def entered_at(self, seq: int, slots: np.ndarray) -> list[int]:
+        """When each of `slots` entered instance `seq`, on its own clock (0: not known)."""
+        row = seq % self.rows
+        if self.etag[row] != seq:
+            return [0] * len(slots)
+        return self.et[row, slots].tolist()
+
     def op_of(self, seq: int) -> str:
         row = seq % self.rows
-        if self.etag[row] == seq:
+        if self.etag[row] == seq and self.eop[row]:
             return wire.op_name(int(self.eop[row]))
         return "collective"
 

@@ -6,9 +6,11 @@ very same object through its two halves, because there the reports travel throug
 (partitioned by job) between them:
 
 - comm half (`cw.calls.v1`, `cw.progress.v1`, key `{job}/{comm}`): `comm_feed(msg, decoded,
-  ref_ns)` and `comm_tick(ref_ns, extrapolate)` return reports;
+  ref_ns)` and `comm_tick(ref_ns)` return reports;
 - job half (reports, topology, steps, hw, key `{job}`): `job_feed_report(report, ref_ns)`,
-  `job_feed(msg, decoded, ref_ns)` and `job_tick(ref_ns, extrapolate)` return incidents.
+  `job_feed(msg, decoded, ref_ns)` and `job_tick(ref_ns)` return incidents. Each half also
+  ticks a job as its data arrives (time passes with the data), and not at all while the job
+  is `held` (live: its input partitions are behind).
 
 Time. Each job's now comes from its own messages (`clock.JobClocks`): its newest event
 time plus the reference time elapsed since (`ref_ns`: the worker's wall clock live, the
@@ -49,8 +51,8 @@ WINDOW_BACKLOG = 4096  # window reports kept for `window_stats()` between drains
 ROW_FIELDS = ("lag_ms", "last_share", "inside", "offset_ms")
 
 
-def _always(_job: str) -> bool:
-    return True
+def _never(_job: str) -> bool:
+    return False
 
 
 class Detector:
@@ -66,19 +68,25 @@ class Detector:
         self.ref_ns = 0
         self._windows: deque = deque(maxlen=WINDOW_BACKLOG)
         self._errors: Counter = Counter()
+        # a job whose input is being caught up on (live: its partitions are behind) is *held*:
+        # nothing is concluded for it, and its clock does not run on with the reference
+        self.held: Callable[[str], bool] = _never
 
     # --- replay / in-process --------------------------------------------------------
-    def feed(self, msg: Message) -> list[dict]:
-        """Decode (raising `WireError`), then both stages; returns incident events."""
+    def feed(self, msg: Message, ref_ns: int | None = None) -> list[dict]:
+        """Decode (raising `WireError`), then both stages; returns incident events. `ref_ns`:
+        when the message was received (a live worker's wall clock); by default, as in replay,
+        its own time (the capture is read in time order)."""
         if msg.topic == topics.ALERTS:
             self.stats["ignored_alerts"] += 1
             return []
-        return self.feed_decoded(msg, decode_message(msg, self.settings.max_message_bytes))
+        return self.feed_decoded(msg, decode_message(msg, self.settings.max_message_bytes), ref_ns)
 
-    def feed_decoded(self, msg: Message, decoded) -> list[dict]:
+    def feed_decoded(self, msg: Message, decoded, ref_ns: int | None = None) -> list[dict]:
         """As `feed`, for a message decoded already (`decode_message`'s result)."""
-        if msg.ts_ns > self.ref_ns:
-            self.ref_ns = msg.ts_ns
+        ref = msg.ts_ns if ref_ns is None else ref_ns
+        if ref > self.ref_ns:
+            self.ref_ns = ref
         if msg.topic in (topics.CALLS, topics.PROGRESS):
             return self._local(self.comm_feed(msg, decoded, self.ref_ns))
         return self.job_feed(msg, decoded, self.ref_ns)
@@ -106,7 +114,11 @@ class Detector:
         else:
             job = decoded["job"]
         self.comm_clocks.observe(job, msg.ts_ns, ref_ns)
-        return self._kept(self._guard(job, self.comm_stage.feed, msg, decoded, self.comm_clocks.now(job, ref_ns)))
+        now = self.comm_clocks.now(job, ref_ns)
+        out = self._guard(job, self.comm_stage.feed, msg, decoded, now)
+        # time passes with the data too: a worker catching up on a backlog ticks as replay does
+        out.extend(self._guard(job, self.comm_stage.tick_job, job, now))
+        return self._kept(out)
 
     def _kept(self, reports: list[dict]) -> list[dict]:
         """Reports pass through; timed windows are also kept for `window_stats()`."""
@@ -115,11 +127,11 @@ class Detector:
                 self._windows.append(rep)
         return reports
 
-    def comm_tick(self, ref_ns: int, extrapolate: Callable[[str], bool] = _always) -> list[dict]:
+    def comm_tick(self, ref_ns: int) -> list[dict]:
         """Time passing for stage 1 (each job on its own clock); returns reports."""
         out: list[dict] = []
         for job in list(self.comm_stage.by_job):
-            now = self.comm_clocks.now(job, ref_ns, extrapolate(job))
+            now = self.comm_clocks.now(job, ref_ns, not self.held(job))
             out.extend(self._guard(job, self.comm_stage.tick_job, job, now))
         return self._kept(out)
 
@@ -127,21 +139,27 @@ class Detector:
     def job_feed_report(self, rep: dict, ref_ns: int) -> list[dict]:
         job = rep["job"]
         self.job_clocks.observe(job, int(rep["ts_ns"]), ref_ns)
-        return self._guard(job, self.job_stage.feed_report, rep, self.job_clocks.now(job, ref_ns))
+        now = self.job_clocks.now(job, ref_ns)
+        out = self._guard(job, self.job_stage.feed_report, rep, now)
+        out.extend(self._guard(job, self.job_stage.tick_job, job, now, self.held(job)))
+        return out
 
     def job_feed(self, msg: Message, decoded: dict, ref_ns: int) -> list[dict]:
         """Stage 2 for one topology/steps/hw message."""
         self.stats["messages"] += 1
         job = decoded.get("job") or message_job(msg)
         self.job_clocks.observe(job, msg.ts_ns, ref_ns)
-        return self._guard(job, self.job_stage.feed, msg, decoded, self.job_clocks.now(job, ref_ns))
+        now = self.job_clocks.now(job, ref_ns)
+        out = self._guard(job, self.job_stage.feed, msg, decoded, now)
+        out.extend(self._guard(job, self.job_stage.tick_job, job, now, self.held(job)))
+        return out
 
-    def job_tick(self, ref_ns: int, extrapolate: Callable[[str], bool] = _always) -> list[dict]:
+    def job_tick(self, ref_ns: int) -> list[dict]:
         out: list[dict] = []
         for job in list(self.job_stage.jobs):
-            live = extrapolate(job)
-            out.extend(self._guard(job, self.job_stage.tick_job, job, self.job_clocks.now(job, ref_ns, live),
-                                   not live))
+            held = self.held(job)
+            out.extend(self._guard(job, self.job_stage.tick_job, job, self.job_clocks.now(job, ref_ns, not held),
+                                   held))
         for job in [j for j in self.job_clocks.jobs() if j not in self.job_stage.jobs]:
             self.job_clocks.forget(job)  # ended and forgotten by stage 2: stage 1 lets it go too
             self.comm_stage.forget_job(job)

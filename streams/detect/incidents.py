@@ -24,6 +24,7 @@ class Incident:
     summary: str
     evidence: dict = field(default_factory=dict)
     last_seen_ns: int = 0
+    quiet_ns: int = 0
 
 
 class IncidentBook:
@@ -42,17 +43,21 @@ class IncidentBook:
         }
 
     def assert_(self, key: tuple, now_ns: int, *, kind: str, severity: str, culprit_ranks: list[int],
-                culprit_nodes: list[str], comm: str, summary: str, evidence: dict, id_hint: str) -> list[dict]:
+                culprit_nodes: list[str], comm: str, summary: str, evidence: dict, id_hint: str,
+                quiet_ns: int = 0) -> list[dict]:
+        """`quiet_ns`: how long the condition must go unseen before the incident resolves (at
+        least the book's quiet period; longer for a condition seen once per long iteration)."""
         inc = self.open.get(key)
         if inc is None:
             gone = self._resolved_at.get(key)
             if gone is not None and now_ns - gone < 2 * self.resolve_ns:
                 return []
             inc = Incident(f"{self.job}-{kind}-{id_hint}", kind, severity, now_ns, list(culprit_ranks),
-                           list(culprit_nodes), comm, summary, evidence, now_ns)
+                           list(culprit_nodes), comm, summary, evidence, now_ns, max(self.resolve_ns, quiet_ns))
             self.open[key] = inc
             return [self.event(inc, "open", now_ns)]
         inc.last_seen_ns = now_ns
+        inc.quiet_ns = max(self.resolve_ns, quiet_ns)
         inc.summary, inc.evidence = summary, evidence
         if sorted(culprit_ranks) != sorted(inc.culprit_ranks) or sorted(culprit_nodes) != sorted(
             inc.culprit_nodes
@@ -67,7 +72,7 @@ class IncidentBook:
         for key, inc in list(self.open.items()):
             if kinds is not None and inc.kind not in kinds:
                 continue
-            if now_ns - inc.last_seen_ns >= self.resolve_ns:
+            if now_ns - inc.last_seen_ns >= inc.quiet_ns:
                 del self.open[key]
                 self._resolved_at[key] = now_ns
                 out.append(self.event(inc, "resolved", now_ns))

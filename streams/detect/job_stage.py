@@ -49,7 +49,6 @@ JOB_SILENT_NS = 60_000_000_000  # no message at all from a job this long (at mos
 JOB_SLOWDOWN = 0.2  # step time this much above the job's baseline with no culprit ...
 JOB_SLOWDOWN_HOLD_NS = 20_000_000_000  # ... for this long: a P3
 DATA_REPORTS = ("node", "window", "p2p_window")  # reports that only data (heartbeats, calls) cause
-SILENCE_KINDS_KEPT = ("slow_rank", "slow_link", "hw_fault")  # what may expire while a job is held
 
 
 @dataclass
@@ -150,8 +149,8 @@ class JobStage:
 
     def tick_job(self, job: str, now_ns: int, hold: bool = False) -> list[dict]:
         """Time passing for one job (at most once per `TICK_NS` of its time). `hold`: its input
-        is being caught up on, so nothing that concludes from silence (hangs, lost nodes,
-        stalls, the job's end) is judged, and what is open stays open."""
+        is being caught up on, so nothing is concluded (silences, hangs, lost nodes, the job's
+        end, slow ranks from a partial view), and what is open stays open."""
         js = self.jobs.get(job)
         if js is None or now_ns - js.last_tick < TICK_NS:
             return []
@@ -168,11 +167,13 @@ class JobStage:
             lost = self._node_lost(js, now_ns, out)
             self._hangs(js, now_ns, lost, out)
             self._stalled(js, now_ns, out)
+        if hold:
+            return out  # an open incident is not asserted while held: it does not expire either
         if now_ns - js.last_slow_eval >= SLOW_EVAL_NS:
             js.last_slow_eval = now_ns
             self._slow(js, now_ns, out)
             self._hw(js, now_ns, out)
-        out.extend(js.book.expire(now_ns, SILENCE_KINDS_KEPT if hold else None))
+        out.extend(js.book.expire(now_ns))
         return out
 
     def health(self, job: str, now_ns: int, drops: dict[str, int] | None = None) -> dict | None:
@@ -238,10 +239,14 @@ class JobStage:
             last = max(last, quiet if quiet is not None else c["ts_ns"] - QUIET_NS)
         return last
 
-    def _stuck(self, js: JobState) -> dict[int, tuple[int, int, str]]:
-        """Ranks whose completion path is stuck: rank -> (completed, peers' completed, comm)."""
+    def _stuck(self, js: JobState, now_ns: int) -> dict[int, tuple[int, int, str]]:
+        """Ranks whose completion path is stuck: rank -> (completed, peers' completed, comm), from
+        comms whose input is current (when a job's data stops, every counter stops)."""
         out = {}
+        stale = self._stale(js, now_ns)
         for comm, c in js.comms.items():
+            if comm in stale:
+                continue
             for r, done, _since in c["stuck"]:
                 if r not in out:
                     out[r] = (done, c["d"], comm)
@@ -271,33 +276,42 @@ class JobStage:
                 out.extend(js.book.resolve(("node_lost", node), now_ns))
         return lost
 
+    def _stale(self, js: JobState, now_ns: int) -> set[str]:
+        """Comms whose newest message is older than a few heartbeat periods: their input is
+        behind (or their nodes are silent), so what stage 1 says of them is not current."""
+        limit = self.settings.node_lost_periods * self.settings.heartbeat_period_s * 1e9
+        return {c for c, r in js.comms.items() if now_ns - r.get("seen_ns", now_ns) >= limit}
+
     def _reporting(self, js: JobState, now_ns: int) -> set[str]:
         """Nodes whose heartbeats are current: what they say of their ranks is news."""
         limit = self.settings.node_lost_periods * self.settings.heartbeat_period_s * 1e9
         return {n for n, seen in js.node_seen.items() if now_ns - seen < limit}
 
     def _hangs(self, js: JobState, now_ns: int, lost: set[str], out: list) -> None:
-        js.analysis = None
         if not js.waits:
+            js.analysis = None
             return
         reporting = self._reporting(js, now_ns)
         if js.node_seen and not reporting:
             return  # nobody reports any more: the job ended or the pipeline lost it, not a hang
+        stale = self._stale(js, now_ns)
+        current = {c: w for c, w in js.waits.items() if c not in stale}
         thr = js.threshold_ns
         exited = self._exited(js)
-        stuck = self._stuck(js)
+        stuck = self._stuck(js, now_ns)
         left: set[int] = set()
         for c in js.comms.values():
             left.update(c["left"])
-        # a rank silent for the threshold is hung once others have waited on it for half of it
-        # (they reach the call it never entered up to an iteration after it stopped)
-        an = waits.analyse(js.waits, now_ns, thr / 2, exited | set(stuck) | left)
+        # a rank silent for the threshold is hung once others have waited on it that long too
+        an = waits.analyse(current, now_ns, thr, exited | set(stuck) | left)
         js.analysis = an
         roots = []
         for r, (comm, seq, op, p2p) in sorted(an.roots.items()):
             node = js.node_of.get(r)
             if node in lost:
                 continue  # its node is lost: node_lost covers it
+            if any(r in js.members.get(c, ()) for c in stale):
+                continue  # a comm of it has news not read yet (its input is behind): not known silent
             if r in exited:
                 reason = "exited"
             elif r in stuck:
@@ -308,11 +322,17 @@ class JobStage:
                 continue  # still progressing elsewhere: slow, not hung (the slow detectors judge it)
             roots.append((r, reason, comm, seq, op, p2p))
         waited = now_ns - an.oldest_since_ns
+        held = js.book.open.get(("hang",))
+        if held is not None:  # ranks that exit while a hang is open are its victims being torn down
+            roots = [x for x in roots if x[1] != "exited" or x[0] in held.culprit_ranks] or roots
         if roots:
             self._assert_hang(js, now_ns, an, roots, waited, thr, out)
         comm_roots = [x for x in an.comm_roots if not lost.intersection(js.comms.get(x.comm, {}).get("nodes", ()))
                       and set(js.comms.get(x.comm, {}).get("nodes") or ()) <= reporting
-                      and not (exited & set(x.entered)) and now_ns - x.since_ns >= thr]
+                      and not (exited & set(x.entered)) and now_ns - x.since_ns >= thr
+                      # calls queued far ahead (host enqueue) wait behind compute while their
+                      # ranks progress: a transport hang stops every member
+                      and all(now_ns - self.silent_since(js, r, now_ns) >= thr for r in x.entered)]
         if comm_roots:
             x = min(comm_roots, key=lambda i: (i.since_ns, i.comm))
             nodes = sorted({n for i in comm_roots for n in js.comms.get(i.comm, {}).get("nodes", ())})
@@ -330,7 +350,7 @@ class JobStage:
     def _assert_hang(self, js: JobState, now_ns: int, an: waits.Analysis, roots: list, waited: int, thr: float,
                      out: list) -> None:
         ranks = sorted(r for r, *_ in roots)
-        stuck = self._stuck(js)
+        stuck = self._stuck(js, now_ns)
         detail = []
         for r, reason, comm, seq, op, p2p in roots[:16]:
             d = {"rank": r, "reason": reason, "comm": comm, "seq": seq, "op": op, "p2p": p2p, "node": js.node_of.get(r)}
@@ -382,13 +402,16 @@ class JobStage:
         hung = set(js.book.open[("hang",)].culprit_ranks) if ("hang",) in js.book.open else set()
         held = {inc.culprit_ranks[0] for inc in js.book.of_kind("slow_rank") if inc.culprit_ranks}
         world = js.world_size or len(self._ranks(js))
+        js.slow.step_ns = self.median_step_ns(js)
         in_use = {c: r["members"] for c, r in js.comms.items() if r.get("active")}
-        found = js.slow.evaluate(now_ns, js.coords, world, held, in_use)
-        timed = set(js.slow.ratio)  # ranks the collectives judge: phases may hold waits, those do not
+        found = js.slow.evaluate(now_ns, js.coords, world, held, in_use, self._stale(js, now_ns))
+        # phases may hold waits, compute intervals do not: a rank the collectives judge slow is
+        # theirs; a lone straggler in a phase where they see nothing (its collectives carry no
+        # timing, or are too coarse: a gradient all-reduce the probe does not see) is the phases'
         for r, ev in js.steps.evaluate(now_ns, js.coords, held).items():
             if r in found:
                 found[r]["phases"] = ev
-            elif r not in timed:
+            elif js.slow.ratio.get(r, 1.0) < 1 + js.slow.slow_impact:
                 found[r] = ev
         loss = js.steps.slowdown()
         clocks = self._sm_clocks(js)
@@ -414,7 +437,7 @@ class JobStage:
             out.extend(js.book.assert_(
                 key, now_ns, kind="slow_rank", severity=sev, culprit_ranks=[rank],
                 culprit_nodes=self.nodes_of(js, [rank]),
-                comm=ev["comms"][0]["comm"] if ev.get("comms") else "",
+                comm=ev.get("comm", ""), quiet_ns=int(3 * self.median_step_ns(js)),
                 summary=f"rank {rank} is {ev['slowdown'] * 100:.0f}% slower than the ranks doing the same work "
                         f"({where}); the job loses ~{impact * 100:.0f}% of its time waiting on it",
                 evidence=ev, id_hint=f"{rank}-{now_ns}"))
@@ -429,7 +452,8 @@ class JobStage:
                 evidence={"advisory": "stage_imbalance", "stage": adv["stage"], "ranks": adv["ranks"][:64],
                           "ratio": adv["ratio"], "nodes": nodes[:16]},
                 id_hint=f"stage{adv['stage']}"))
-        unexplained = loss is not None and loss >= JOB_SLOWDOWN and not found and not held and not hung
+        current = now_ns - js.steps.last_end_ns <= 3 * max(js.steps.median_step_s() * 1e9, 1e9)
+        unexplained = loss is not None and loss >= JOB_SLOWDOWN and current and not found and not held and not hung
         js.slowdown_since = (js.slowdown_since or now_ns) if unexplained else 0
         if unexplained and now_ns - js.slowdown_since >= JOB_SLOWDOWN_HOLD_NS:
             out.extend(js.book.assert_(
@@ -488,7 +512,7 @@ class JobStage:
                 evidence={k: s[k] for k in ("sm_clock_mhz", "throttle_reasons", "xid", "ecc_dbe", "temp_c",
                                             "nvml_timeout") if k in s},
                 id_hint=f"{node}-{rank}-{now_ns}"))
-        for rank, (done, peers, comm) in sorted(self._stuck(js).items()):
+        for rank, (done, peers, comm) in sorted(self._stuck(js, now_ns).items()):
             if rank in hung:
                 continue
             since = js.stuck_since.setdefault(rank, now_ns)
@@ -501,4 +525,4 @@ class JobStage:
                 summary=f"rank {rank}: completions stopped at #{done} while its peers completed #{peers} on comm "
                         f"{comm[:4]}..; the job still progresses (GPU or driver fault suspected)",
                 evidence={"completed": done, "peers_completed": peers, "comm": comm}, id_hint=f"{rank}-{now_ns}"))
-        js.stuck_since = {r: t for r, t in js.stuck_since.items() if r in self._stuck(js)}
+        js.stuck_since = {r: t for r, t in js.stuck_since.items() if r in self._stuck(js, now_ns)}

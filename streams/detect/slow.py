@@ -1,24 +1,26 @@
 """Slow ranks, pipeline imbalance and slow links from stage-1 windows (stage 2, one job).
 
-The culprit of a slowdown is where the waiting ends: it computes slower than the ranks
-that do the same work, while its victims compute as fast as ever and only wait longer.
-So each rank is judged by its *compute share*: the share of wall time it spends outside
-communication calls, `1 - sum of its comms' inside shares` (`windows.py`: durations on the
-rank's own clock, from timed records only, so clock skew does not enter). A slow rank's
-share is its slowdown times its peers' (1.3x slower: 1.3x the share); a victim's is its
-peers', whatever it waits on and wherever (tensor, data or pipeline parallel).
+The culprit of a slowdown is where the waiting ends: it computes slower than the ranks that
+do the same work, while its victims compute as fast as ever and only wait longer. So ranks
+are judged by their *busy gaps* (`windows.py`): the time from the end of one call of a comm
+to the rank's entry into its next call of that comm, on the rank's own clock (no skew).
+Between two instances of a collective comm every member does the same work; between two
+recvs of a pipeline comm a stage does the same work in every replica. A rank's ratio in a
+comm is its mean gap over the median of its peers' (the other members; for a pipeline comm,
+the same stage in the other pipelines); a gap over three times a rank's median spans the end
+of an iteration and holds waits elsewhere: it is left out. Gaps are whole compute segments, so
+no window edge cuts them: a victim's gaps stay its own however its pipeline is shifted.
 
-Peers are the ranks that do the same work: the same pipeline stage (`coords.pp` from the
-topology), or, without coordinates, the members of the rank's collective comms (tensor and
-data parallel groups are inside one stage), never a world-sized comm. A rank's `ratio` is
-its compute share over the median of its peers'.
+A rank's ratio is taken in its finest comm (the one with the shortest gaps, typically tensor
+parallel, else the pipeline, else data parallel): a coarser comm's gaps may hold waits in
+other comms (a tensor-parallel peer of a slow rank waits inside its TP calls, which sit in
+its pipeline gaps), the finest holds compute only.
 
-- `slow_rank`: ratio >= 1 + `slow_impact` sustained (`slow_windows` new windows and
-  `SLOW_MIN_NS`), or >= `FAST_RATIO` in two new windows in a row (a large slowdown is
-  named within about two iterations). Hysteresis: an open one stays while its ratio is
-  >= 1 + `slow_impact` / 2. Whether a ratio is anomalous is decided by the rank model
-  (`rank_model.py`: river or numpy rules).
-- Pipeline imbalance: a whole stage computes `IMBALANCE` more than the other stages, from
+- `slow_rank`: judged by the rank model (`rank_model.py`) on the ratio over the latest
+  windows (`BUSY_WINDOWS`) and in the newest one. Ranks whose excess is under a quarter of the
+  largest one's are its echo and are not named (`dominant`).
+- Pipeline imbalance: a whole stage computes `IMBALANCE` more than the other stages (compute
+  shares: the time outside calls, summed over the stage's comms, over a long horizon), from
   the start and throughout: tuning advice for the stage, not a faulty rank (`advisories`).
 - Slow link: a multi-node comm's transfer time (last arrival to completion) rises well
   above its normal for consecutive windows while none of its ranks is slow.
@@ -37,16 +39,17 @@ import numpy as np
 from commwatch.streams.detect.rank_model import RankModel
 
 FRESH_WINDOWS = 4.0  # a comm's window older than this many of its own intervals (and 5 s) is stale
+BUSY_WINDOWS = 4  # a rank's busy gaps: pooled over this many latest windows of a comm
 MIN_COMPUTE = 0.02
 IMBALANCE = 0.2  # a stage computing this much more than the others ...
-IMBALANCE_EVALS = 10  # ... in this many evaluations, from its first ones on, is an advisory
+IMBALANCE_EVALS = 10  # ... in most of its first evaluations, and this many, is an advisory
+HORIZON_NS = 10_000_000_000  # compute shares (advisory) are summed over this much of the latest windows
+HORIZON_WINDOWS = 32
 ECHO_SHARE = 0.25  # a slowdown under this share of the largest one in the job is its echo
 LINK_FACTOR = 1.5
 LINK_MIN_MS = 1.0
 LINK_GRACE = 3
 LEARN = 0.1
-HORIZON_NS = 4_000_000_000  # inside shares are summed over this much of the latest windows ...
-HORIZON_WINDOWS = 16  # ... and at most this many (a window's edges cut calls: longer sums, smaller error)
 
 
 @dataclass
@@ -55,9 +58,11 @@ class CommTiming:
     p2p: bool
     ts_ns: int = 0
     interval_ns: float = 0.0
-    inside: dict[int, float] | None = None  # None: untimed (host-enqueue); else over the horizon
-    latest: dict[int, float] = field(default_factory=dict)  # inside shares of the latest window alone
+    timed: bool = True  # False: host-enqueue records, no timing
+    inside: dict[int, float] | None = None  # share of time inside this comm's calls, over the horizon
     hist: deque = field(default_factory=lambda: deque(maxlen=HORIZON_WINDOWS))  # (ts, span, inside array)
+    busy: deque = field(default_factory=lambda: deque(maxlen=BUSY_WINDOWS))  # (ts, gap sums, counts, shares)
+    classes: deque = field(default_factory=lambda: deque(maxlen=BUSY_WINDOWS))  # pipelines: (sums, counts) per class
     lag_ms: dict[int, float] = field(default_factory=dict)
     crank: list[int] | None = None
     windows: int = 0
@@ -66,11 +71,43 @@ class CommTiming:
     base_xfer: float = -1.0
     link_streak: int = 0
 
+    def class_busy(self, latest: bool = False) -> dict[int, dict[int, tuple[float, int]]]:
+        """Pipelines: per rank, per class of compute interval, (median over the kept windows of
+        the window's shortest, count)."""
+        wins = [self.classes[-1]] if latest and self.classes else list(self.classes)
+        acc: dict[int, dict[int, list]] = {}
+        for lows, counts in wins:
+            for c, (row, crow) in enumerate(zip(lows, counts)):
+                for r, v, k in zip(self.ranks, row, crow):
+                    if v is not None and k:
+                        a = acc.setdefault(r, {}).setdefault(c, [[], 0])
+                        a[0].append(v)
+                        a[1] += k
+        return {r: {c: (float(np.median(v)), k) for c, (v, k) in cl.items()} for r, cl in acc.items()}
+
+    def busy_of(self, latest: bool = False) -> dict[int, float]:
+        """Per rank, its mean compute gap (ms) over the kept windows (or the newest alone)."""
+        hist = self.busy
+        wins = [hist[-1]] if latest and hist else list(hist)
+        tot: dict[int, list[float]] = {}
+        for _, sums, counts, _ in wins:
+            for r, v, k in zip(self.ranks, sums, counts):
+                if v is not None and k:
+                    acc = tot.setdefault(r, [0.0, 0])
+                    acc[0] += v
+                    acc[1] += k
+        return {r: v / k for r, (v, k) in tot.items() if k and v > 0}
+
+    def share_of(self) -> dict[int, float]:
+        if not self.busy:
+            return {}
+        return dict(zip(self.ranks, self.busy[-1][3]))
+
 
 def dominant(found: dict[int, dict], keep: set[int] = frozenset()) -> dict[int, dict]:
     """Drop ranks whose excess is a small fraction of the largest one's: a large slowdown
-    perturbs its victims' schedules (a partial iteration in a window), and what they show is
-    its echo, not a fault of theirs. Ranks already open stay (hysteresis)."""
+    perturbs its victims (their schedules shift), and what they show is its echo, not a fault
+    of theirs. Ranks already open stay (hysteresis)."""
     if len(found) < 2:
         return found
     top = max(ev["ratio"] for ev in found.values()) - 1.0
@@ -88,14 +125,11 @@ class SlowTracker:
         self.comms: dict[str, CommTiming] = {}
         self.models: dict[int, RankModel] = {}
         self.model_kind = model
-        self.stamp: dict[int, int] = {}  # rank -> end of its latest window ...
-        self.span: dict[int, float] = {}  # ... and that window's span
         self.ratio: dict[int, float] = {}
         self.compute: dict[int, float] = {}
         self.stage_evals: dict[int, list[int]] = {}  # stage -> [evaluations imbalanced, evaluations]
         self.stage_ratio: dict[int, float] = {}
-        self.evals = 0
-
+        self.step_ns = 0.0  # the job's median step (set by stage 2): long steps, rare windows
     # --- inputs -----------------------------------------------------------------------
     def _timing(self, rep: dict, p2p: bool) -> CommTiming:
         ct = self.comms.get(rep["comm"])
@@ -113,26 +147,33 @@ class SlowTracker:
     def _horizon(ct: CommTiming, ts_ns: int, span_ns: float, inside: list[float]) -> None:
         """Inside shares over the latest windows covering `HORIZON_NS`, weighted by span."""
         ct.hist.append((ts_ns, float(span_ns), np.asarray(inside, float)))
-        ct.latest = dict(zip(ct.ranks, inside))
-        keep = max(HORIZON_NS, 2 * ct.interval_ns)
         total = 0.0
         acc = np.zeros(len(inside))
         for t, span, vals in reversed(ct.hist):
             acc += vals * span
             total += span
-            if ts_ns - t + span >= keep:
+            if ts_ns - t + span >= HORIZON_NS:
                 break
         ct.inside = dict(zip(ct.ranks, (acc / max(total, 1.0)).tolist()))
+
+    def _take(self, ct: CommTiming, rep: dict) -> None:
+        ct.timed = True
+        self._horizon(ct, rep["ts_ns"], rep["span_ns"], rep["inside"])
+        if "busy_ms" in rep:
+            ct.busy.append((rep["ts_ns"], rep["busy_ms"], rep["busy_n"], rep["busy_share"]))
+        if "busy_cls_ms" in rep:
+            ct.classes.append((rep["busy_cls_ms"], rep["busy_cls_n"]))
+            ct.busy.append((rep["ts_ns"], [None] * len(rep["ranks"]), [0] * len(rep["ranks"]), rep["busy_share"]))
 
     def window(self, rep: dict) -> None:
         ct = self._timing(rep, p2p=False)
         if not rep.get("timed"):
-            ct.inside = None
+            ct.timed, ct.inside = False, None
             ct.hist.clear()
+            ct.busy.clear()
             return
-        ranks = rep["ranks"]
-        self._horizon(ct, rep["ts_ns"], rep["span_ns"], rep["inside"])
-        ct.lag_ms = dict(zip(ranks, rep["lag_ms"]))
+        self._take(ct, rep)
+        ct.lag_ms = dict(zip(rep["ranks"], rep["lag_ms"]))
         xfer = float(rep.get("xfer_ms", 0.0))
         ct.xfer_ms = xfer
         if ct.base_xfer < 0:
@@ -147,10 +188,11 @@ class SlowTracker:
         ct = self._timing(rep, p2p=True)
         if rep.get("calls", 0) == 0:
             if rep.get("untimed"):
-                ct.inside = None
+                ct.timed, ct.inside = False, None
                 ct.hist.clear()
-            return  # an idle pipeline comm: its last shares stand
-        self._horizon(ct, rep["ts_ns"], rep["span_ns"], rep["inside"])
+                ct.busy.clear()
+            return  # an idle pipeline comm: its last figures stand
+        self._take(ct, rep)
         ct.crank = rep.get("crank")
 
     def forget_comm(self, comm: str) -> None:
@@ -158,96 +200,123 @@ class SlowTracker:
 
     # --- evaluation -------------------------------------------------------------------
     def _fresh(self, ct: CommTiming, now_ns: int) -> bool:
-        return now_ns - ct.ts_ns <= max(5e9, FRESH_WINDOWS * ct.interval_ns)
+        """A comm's latest window is current: within a few of its own intervals, or steps."""
+        return now_ns - ct.ts_ns <= max(5e9, FRESH_WINDOWS * ct.interval_ns, 3 * self.step_ns)
 
     def compute_shares(self, now_ns: int, in_use: dict[str, list[int]] | None = None,
-                       latest: bool = False) -> dict[int, float]:
-        """Each rank's share of wall time outside communication calls (ranks all of whose
-        comms in use, `in_use`: comm -> members, are timed and fresh), over the horizon, or
-        over each comm's latest window (`latest`)."""
+                       stale: set[str] = frozenset()) -> dict[int, float]:
+        """Each rank's share of wall time outside communication calls over the horizon (ranks
+        all of whose comms in use, `in_use`: comm -> members, are timed and current)."""
         inside: dict[int, float] = {}
         unknown: set[int] = set()
         for comm, members in (in_use or {}).items():
-            if comm not in self.comms:  # in use, but no window yet: its share is not known
+            if comm not in self.comms or comm in stale:
                 unknown.update(members)
-        stamp = self.stamp
         for ct in self.comms.values():
             if ct.inside is None or not self._fresh(ct, now_ns):
                 unknown.update(ct.ranks)
                 continue
-            for r, v in (ct.latest if latest else ct.inside).items():
+            for r, v in ct.inside.items():
                 inside[r] = inside.get(r, 0.0) + v
-                if ct.ts_ns > stamp.get(r, 0):
-                    stamp[r] = ct.ts_ns
-                    self.span[r] = ct.hist[-1][1] if ct.hist else 0.0
         return {r: max(MIN_COMPUTE, 1.0 - v) for r, v in inside.items() if r not in unknown}
 
-    def peer_groups(self, coords: dict[int, dict], world: int) -> dict[int, list[int]]:
-        """Ranks doing the same work as each rank (itself included)."""
-        groups: dict[int, list[int]] = {}
-        if coords:
-            by_stage: dict[int, list[int]] = {}
-            for r, c in coords.items():
-                by_stage.setdefault(int(c.get("pp", 0)), []).append(r)
-            for members in by_stage.values():
-                for r in members:
-                    groups[r] = members
-        sets: dict[int, set[int]] = {}
-        sizes = [len(ct.ranks) for ct in self.comms.values() if not ct.p2p]
-        big = max(sizes, default=0)
-        for ct in self.comms.values():
-            if ct.p2p or len(ct.ranks) < 2 or (len(ct.ranks) >= world > 0 and len(ct.ranks) == big and len(sizes) > 1):
+    def _comm_ratios(self, now_ns: int, stale: set[str], latest: bool) -> dict[str, dict[int, tuple]]:
+        """Per current comm, per rank: (ratio, its busy, peers' busy, peers' busy share). A
+        pipeline comm compares each class of compute interval with the same class of the same
+        stage elsewhere, and weighs the classes' ratios by their counts (the steady passes:
+        classes at least half as frequent as the most frequent one)."""
+        cur = {c: ct for c, ct in self.comms.items() if ct.timed and ct.busy and c not in stale
+               and self._fresh(ct, now_ns)}
+        share = {c: ct.share_of() for c, ct in cur.items()}
+        out: dict[str, dict[int, tuple]] = {c: {} for c in cur}
+        sib: dict[tuple[int, int], list[tuple[str, int]]] = {}  # pipelines: (size, stage) -> (comm, rank)
+        cls = {}
+        for c, ct in cur.items():
+            if ct.p2p and ct.crank:
+                cls[c] = ct.class_busy(latest)
+                for r, cr in zip(ct.ranks, ct.crank):
+                    sib.setdefault((len(ct.ranks), cr), []).append((c, r))
+        for c, ct in cur.items():
+            if ct.p2p:
+                if c not in cls:
+                    continue
+                for i, r in enumerate(ct.ranks):
+                    mine = cls[c].get(r)
+                    if not mine or i >= len(ct.crank):
+                        continue
+                    peers = [(pc, pr) for pc, pr in sib.get((len(ct.ranks), ct.crank[i]), ()) if pr != r]
+                    num = den = 0.0
+                    fine, ref_fine = None, None
+                    top = max(n for _, n in mine.values())
+                    for k, (v, n) in mine.items():
+                        if n < top / 2:
+                            continue  # a rare class: a pass at an iteration's edge (warm-up, the first after the end)
+                        pv = [cls[pc][pr][k][0] for pc, pr in peers if pr in cls[pc] and k in cls[pc][pr]]
+                        ref = _median(pv)
+                        if pv and ref > 0:
+                            num += n * v / ref
+                            den += n
+                            if fine is None or v < fine:
+                                fine, ref_fine = v, ref
+                    if den:
+                        ps = _median([share[pc].get(pr, 0.0) for pc, pr in peers])
+                        out[c][r] = (num / den, fine, ref_fine, ps)
                 continue
+            busy = ct.busy_of(latest)
             for r in ct.ranks:
-                if r not in groups:
-                    sets.setdefault(r, set()).update(ct.ranks)
-        for r, s in sets.items():
-            groups[r] = sorted(s)
+                mine = busy.get(r)
+                pb = [busy[q] for q in ct.ranks if q != r and q in busy]
+                ref = _median(pb)
+                if mine is None or not pb or ref <= 0:
+                    continue
+                ps = _median([share[c].get(q, 0.0) for q in ct.ranks if q != r])
+                out[c][r] = (mine / ref, mine, ref, ps)
+        return out
+
+    def peer_groups(self, coords: dict[int, dict], world: int) -> dict[int, list[int]]:
+        """Ranks doing the same work as each rank (itself included): the same stage."""
+        groups: dict[int, list[int]] = {}
+        for members in self.stages(coords).values():
+            for r in members:
+                groups[r] = members
         return groups
 
     def evaluate(self, now_ns: int, coords: dict[int, dict], world: int, open_ranks: set[int],
-                 in_use: dict[str, list[int]] | None = None) -> dict[int, dict]:
-        """Slow ranks now: rank -> evidence (`ratio`, `compute_share`, `impact`, `onset_ns`, `comms`)."""
-        self.evals += 1
-        compute = self.compute_shares(now_ns, in_use)
-        self.compute = compute
-        groups = self.peer_groups(coords, world)
-        ratios, refs = self._ratios(compute, groups)
-        short, _ = self._ratios(self.compute_shares(now_ns, in_use, latest=True), groups)
-        self.ratio = ratios
+                 in_use: dict[str, list[int]] | None = None, stale: set[str] = frozenset()) -> dict[int, dict]:
+        """Slow ranks now: rank -> evidence (`ratio`, `impact`, `onset_ns`, `comm`, busy gaps)."""
+        self.compute = self.compute_shares(now_ns, in_use, stale)
+        long = self._comm_ratios(now_ns, stale, latest=False)
+        short = self._comm_ratios(now_ns, stale, latest=True)
+        unknown: set[int] = set()
+        for comm, members in (in_use or {}).items():
+            if comm not in long:  # in use, but no current busy figures: the finest comm may be missing
+                unknown.update(members)
+        finest: dict[int, tuple[str, tuple]] = {}
+        for c, res in long.items():
+            for r, v in res.items():
+                if r not in unknown and (r not in finest or v[1] < finest[r][1][1]):
+                    finest[r] = (c, v)
+        self.ratio = {r: v[0] for r, (_, v) in finest.items()}
         out = {}
-        for r, ratio in ratios.items():
+        for r, (c, (ratio, mine, ref, ps)) in finest.items():
             m = self.models.get(r)
             if m is None:
                 m = self.models[r] = RankModel(self.model_kind, self.slow_impact, self.slow_windows)
-            stamp = self.stamp.get(r, now_ns)
-            verdict = m.update(ratio, stamp, now_ns, held=r in open_ranks, short=short.get(r, ratio),
-                               start=stamp - int(self.span.get(r, 0)))
+            ct = self.comms[c]
+            stamp = ct.ts_ns
+            s = short.get(c, {}).get(r)
+            verdict = m.update(ratio, stamp, now_ns, held=r in open_ranks, short=s[0] if s else ratio,
+                               start=stamp - int(ct.interval_ns))
             if verdict is None:
                 continue
-            comms = [{"comm": c, "inside": round(ct.inside.get(r, 0.0), 4), "lag_ms": ct.lag_ms.get(r)}
-                     for c, ct in sorted(self.comms.items()) if ct.inside and r in ct.inside]
-            out[r] = {"ratio": round(ratio, 3), "slowdown": round(ratio - 1.0, 3), "compute_share": round(compute[r], 4),
-                      "peers_compute_share": round(refs[r], 4), "impact": round(min(1.0, (ratio - 1.0) * refs[r]), 4),
-                      "onset_ns": int(verdict), "comms": comms[:16], "signal": "collectives"}
+            out[r] = {"ratio": round(ratio, 3), "slowdown": round(ratio - 1.0, 3), "comm": c,
+                      "busy_ms": round(mine, 4), "peers_busy_ms": round(ref, 4),
+                      "impact": round(min(1.0, (ratio - 1.0) * ps), 4), "onset_ns": int(verdict),
+                      "lag_ms": ct.lag_ms.get(r), "signal": "collectives"}
         for r in list(self.models):
-            if r not in ratios and r not in open_ranks:
+            if r not in finest and r not in open_ranks:
                 self.models[r].idle()
         return dominant(out, open_ranks)
-
-    @staticmethod
-    def _ratios(compute: dict[int, float], groups: dict[int, list[int]]) -> tuple[dict[int, float], dict[int, float]]:
-        ratios: dict[int, float] = {}
-        refs: dict[int, float] = {}
-        for r, share in compute.items():
-            peers = [compute[q] for q in groups.get(r, ()) if q != r and q in compute]
-            if not peers:
-                continue
-            ref = _median(peers)
-            if ref > 0:
-                ratios[r] = share / ref
-                refs[r] = ref
-        return ratios, refs
 
     def stages(self, coords: dict[int, dict]) -> dict[int, list[int]]:
         """Pipeline stages: from coordinates, else from the comm ranks of the P2P comms."""

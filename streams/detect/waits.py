@@ -5,12 +5,13 @@ or a blocked send/recv channel; `comm_stage.py`'s `wait` reports). Edges:
 
 - rank -> instance: the rank entered the instance and waits in it;
 - instance -> rank, *hard*: the rank is a member that never entered it;
-- instance -> rank, *soft*: every member entered it, but this member's device is held by
-  another blocked instance (one with a member missing, or an older one): calls queued
-  behind a blocked call on the same stream are symptoms, not faults.
+- instance -> rank, *soft*: every member entered it, but this member also waits in another
+  blocked instance, which may hold its device: calls queued behind a blocked call on the same
+  stream are symptoms, not faults.
 
 Ranks that exited, left the comm, or whose completion path is stuck (their peers completed
-what they still report open) wait on nobody: they have no outgoing edge.
+what they still report open) wait on nobody: they have no outgoing edge, and an instance they
+are in points at them as if they had never entered it (they will never complete it).
 
 Starting from the instances waited in for at least the threshold, the roots are the sink
 components of what is reachable: a rank (inside no blocked call: hung, exited, stuck, or
@@ -43,6 +44,7 @@ class Instance:
     missing: list[int]
     p2p: bool = False
     unknown: int = 0
+    t_in: dict[int, int] = field(default_factory=dict)  # rank -> when it entered (its clock; absent: unknown)
 
 
 @dataclass
@@ -62,8 +64,9 @@ def instances_of(waits: dict[str, dict]) -> list[Instance]:
     for comm in sorted(waits):
         w = waits[comm]
         for i in w["instances"]:
+            t_in = {r: t for r, t in zip(i["entered"], i.get("t_in") or ()) if t}
             out.append(Instance(comm, i["seq"], i["op"], i["since_ns"], list(i["entered"]), list(i["missing"]),
-                                bool(i.get("p2p")), int(w.get("unknown", 0))))
+                                bool(i.get("p2p")), int(w.get("unknown", 0)), t_in))
     return out
 
 
@@ -80,16 +83,25 @@ def analyse(waits: dict[str, dict], now_ns: int, threshold_ns: float, terminal: 
             if r not in terminal:
                 waits_in.setdefault(r, []).append(i)
 
+    def earlier(m: int, j: int, i: int) -> bool:
+        """Whether rank `m` entered instance `j` before `i` (its own clock; unknown: maybe)."""
+        tj, ti = insts[j].t_in.get(m), insts[i].t_in.get(m)
+        return tj is None or ti is None or tj < ti
+
     def held_elsewhere(m: int, i: int) -> bool:
-        x = insts[i]
-        return any(j != i and (insts[j].missing or insts[j].since_ns < x.since_ns) for j in waits_in.get(m, ()))
+        # a device runs a stream's calls in the order they were entered: a call entered earlier
+        # holds it; where the order is not known (several streams, entry times not reported),
+        # any other may, and only when none leads to a rank that never entered do the
+        # instances together form a transport hang
+        return any(j != i and earlier(m, j, i) for j in waits_in.get(m, ()))
 
     def out_edges(node) -> list:
         if isinstance(node, int):  # a rank
             return [("i", j) for j in waits_in.get(node, ())]
         x = insts[node[1]]
-        if x.missing:
-            return list(x.missing)
+        dead = [m for m in x.entered if m in terminal]  # in it, but will never complete it
+        if x.missing or dead:
+            return list(x.missing) + dead
         return [m for m in x.entered if held_elsewhere(m, node[1])]
 
     starts = [("i", i) for i, x in enumerate(insts) if now_ns - x.since_ns >= threshold_ns]
@@ -112,18 +124,24 @@ def analyse(waits: dict[str, dict], now_ns: int, threshold_ns: float, terminal: 
                 indeg[m] = indeg.get(m, 0) + 1
     for comp in sinks:
         ranks = [n for n in comp if isinstance(n, int)]
-        if len(comp) == 1 and not ranks:
-            x = insts[comp[0][1]]
-            if not x.unknown:  # a member never seen may be the one missing: not the transport's fault
-                res.comm_roots.append(x)
+        hard = [r for r in ranks if r in terminal or any(not isinstance(n, int) and r in insts[n[1]].missing
+                                                         for n in comp)]
+        if not hard and len(ranks) < len(comp):  # instances every member entered, holding each other
+            idx = [n[1] for n in comp if not isinstance(n, int)]
+            # the hung one first: the instance each of its members entered before its others
+            first = [i for i in idx if not any(j != i and insts[j].t_in.get(m, 1 << 62) < insts[i].t_in.get(m, -1)
+                                               for m in insts[i].entered for j in waits_in.get(m, ()) if j in idx)]
+            xs = sorted((insts[i] for i in idx), key=lambda x: (insts.index(x) not in first, x.since_ns, x.comm))
+            if not any(x.unknown for x in xs):  # a member never seen may be the one missing
+                res.comm_roots.extend(xs)
             continue
         if len(comp) > 1:
             res.deadlock = True
-            top = max(indeg.get(r, 0) for r in ranks)
-            ranks = [r for r in ranks if indeg.get(r, 0) == top]
+            top = max(indeg.get(r, 0) for r in hard)
+            ranks = [r for r in hard if indeg.get(r, 0) == top]
         for r in ranks:
             where = next((insts[n[1]] for n, outs in adj.items() if not isinstance(n, int) and r in outs
-                          and r in insts[n[1]].missing), None)
+                          and (r in insts[n[1]].missing or r in terminal)), None)
             if where is None:
                 where = next(insts[n[1]] for n, outs in adj.items() if not isinstance(n, int) and r in outs)
             res.roots[r] = (where.comm, where.seq, where.op, where.p2p)

@@ -25,9 +25,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from commwatch.streams.detect.comm_state import CommState
+from commwatch.streams.detect.comm_state import RECV_BWD, SEND_FWD, CommState
 
 OFFSET_BLEND = 0.3
+MIN_GAP_NS = 50_000  # shorter gaps between calls are not compute (back-to-back calls)
+MIN_GAPS = 1  # a member's busy figures need this many gaps in the window (stage 2 pools windows)
+OUTLIER = 3.0  # a gap over this many times the member's median holds waits, not compute
+P2P_CLASSES = 8  # P2P compute intervals: 4 kinds of previous event x 2 send directions
 
 
 def _median(a: np.ndarray, axis: int) -> np.ndarray:
@@ -81,6 +85,7 @@ def window_report(state: CommState, a: int, b: int, now_ns: int) -> dict | None:
         span = float(ce.max() - cs.min())
     span = max(span, 1.0) * kt / k  # mixed windows: the timed instances' share of the span
     inside = (end - start).sum(axis=0) / span
+    busy, nbusy, share = _collective_busy(state, a, b, span)
     rep.update({
         "span_ns": int(span),
         "lag_ms": _r(lag.mean(axis=0) / 1e6, 3),
@@ -89,8 +94,40 @@ def window_report(state: CommState, a: int, b: int, now_ns: int) -> dict | None:
         "offset_ms": _r(state.offsets / 1e6, 3),
         "xfer_ms": round(float(_median(done - cs.max(axis=1), 0)) / 1e6, 3),
         "bytes": float(_median(state.bytes[rows], 0)),
+        "busy_ms": busy, "busy_n": nbusy, "busy_share": share,
     })
     return rep
+
+
+def _busy_stats(gaps: np.ndarray, valid: np.ndarray, span: float) -> tuple[list, list[int], list[float]]:
+    """Per member (columns): the sum of its compute gaps (ms, None without any) and their
+    count, leaving out gaps over `OUTLIER` x its median (a gap that spans an iteration's end
+    holds waits in other comms); and the sum of all its valid gaps over `span`."""
+    n = gaps.shape[1]
+    sums: list = [None] * n
+    cnt = [0] * n
+    for j in np.flatnonzero(valid.sum(axis=0) >= MIN_GAPS).tolist():
+        g = gaps[valid[:, j], j]
+        g = g[g <= OUTLIER * np.median(g)]
+        sums[j], cnt[j] = round(float(g.sum()) / 1e6, 4), int(len(g))
+    total = np.where(valid, gaps, 0.0).sum(axis=0) / max(span, 1.0)
+    return sums, cnt, _r(np.minimum(total, 1.0))
+
+
+def _collective_busy(state: CommState, a: int, b: int, span: float) -> tuple[list, list[int], list[float]]:
+    """Busy gaps of a collective window: per member, from the end of instance k to its entry
+    into k + 1 (its own clock: no skew), for consecutive instances of [a - 1, b) that every
+    member completed with real times. Peers do the same work between two instances of a
+    comm, so a member computing slower has longer gaps; a victim waits inside the calls."""
+    seqs = np.arange(max(a - 1, 0), b)
+    rows = seqs % state.rows
+    ok = (state.tag[rows] == seqs) & state.ok[rows].all(axis=1)
+    pair = ok[:-1] & ok[1:]
+    if not pair.any():
+        return [None] * state.n, [0] * state.n, [0.0] * state.n
+    r0, r1 = rows[:-1][pair], rows[1:][pair]
+    gaps = (state.st[r1] - state.en[r0]).astype(np.float64)
+    return _busy_stats(gaps, gaps >= MIN_GAP_NS, span)
 
 
 def p2p_reports(state: CommState, now_ns: int, width_ns: int, lag_ns: int) -> list[dict]:
@@ -102,18 +139,19 @@ def p2p_reports(state: CommState, now_ns: int, width_ns: int, lag_ns: int) -> li
     if not state.p2p_iv and not state.p2p_untimed:
         return out
     if state.p2p_win_start == 0:
-        first = min(int(t0.min()) for _, t0, _ in state.p2p_iv) if state.p2p_iv else now_ns
+        first = min(int(iv[1].min()) for iv in state.p2p_iv) if state.p2p_iv else now_ns
         state.p2p_win_start = first // width_ns * width_ns
     if now_ns - state.p2p_win_start > 8 * width_ns + lag_ns:  # far behind (idle, or a jump): skip ahead
         state.p2p_win_start = (now_ns - lag_ns) // width_ns * width_ns - width_ns
     if state.p2p_iv:
-        slot, t0, t1 = (np.concatenate([iv[k] for iv in state.p2p_iv]) for k in range(3))
+        slot, t0, t1, kind = (np.concatenate([iv[k] for iv in state.p2p_iv]) for k in range(4))
     else:
-        slot = t0 = t1 = np.zeros(0, np.int64)
+        slot = t0 = t1 = kind = np.zeros(0, np.int64)
+    recv = kind <= RECV_BWD
     while state.p2p_win_start + width_ns + lag_ns <= now_ns:
         a = state.p2p_win_start
         b = a + width_ns
-        over = np.clip(np.minimum(t1, b) - np.maximum(t0, a), 0, None).astype(np.float64)
+        over = np.where(recv, np.clip(np.minimum(t1, b) - np.maximum(t0, a), 0, None), 0).astype(np.float64)
         inside = np.bincount(slot, weights=over, minlength=state.n)[: state.n]
         calls = int(np.count_nonzero(over))
         rep = {"type": "p2p_window", "job": state.job, "ts_ns": int(b), "comm": state.hex, "span_ns": int(width_ns),
@@ -121,10 +159,43 @@ def p2p_reports(state: CommState, now_ns: int, width_ns: int, lag_ns: int) -> li
         if calls:
             rep["inside"] = _r(np.minimum(inside / width_ns, 1.0))
             rep["crank"] = state.crank.tolist()
+            rep.update(_p2p_busy(state.n, slot, t0, t1, kind, a, b, width_ns))
         out.append(rep)
         state.p2p_untimed = 0
         state.p2p_win_start = b
-    keep = t1 > state.p2p_win_start
-    state.p2p_iv = [(slot[keep], t0[keep], t1[keep])] if keep.any() else []
+    # keep what a later window needs: calls not over, and each member's last recv before it
+    keep = t1 > state.p2p_win_start - width_ns
+    state.p2p_iv = [(slot[keep], t0[keep], t1[keep], kind[keep])] if keep.any() else []
     state.p2p_iv_n = int(keep.sum())
     return out
+
+
+def _p2p_busy(n: int, slot: np.ndarray, t0: np.ndarray, t1: np.ndarray, kind: np.ndarray, a: int, b: int,
+              span: float) -> dict:
+    """Compute intervals of a P2P window: per member, from its previous P2P event (a recv's end
+    or a send's start) to the start of a send that starts in [a, b): the compute of a pass
+    (1F1B receives or sends, computes, sends). Kept apart by class (what came before, where the
+    send goes: `P2P_CLASSES` = 4 x 2), so the same work is compared with the same work whatever
+    mix of passes a window holds; per class its shortest in the window (an interval across an
+    iteration's end holds waits in other comms, never less). Sends overlap compute; recvs hold
+    the waits."""
+    is_recv = kind <= RECV_BWD
+    ev_slot = np.concatenate([slot[is_recv], slot[~is_recv]])
+    ev_t = np.concatenate([t1[is_recv], t0[~is_recv]])
+    ev_kind = np.concatenate([kind[is_recv], kind[~is_recv]])
+    order = np.lexsort((ev_kind > RECV_BWD, ev_t, ev_slot))  # a recv ending when a send starts comes first
+    es, et, ek = ev_slot[order], ev_t[order], ev_kind[order]
+    prev = np.zeros(len(es), bool)
+    prev[1:] = es[1:] == es[:-1]
+    sel = (ek >= SEND_FWD) & prev & (et >= a) & (et < b)
+    idx = np.flatnonzero(sel)
+    gap = (et[idx] - et[idx - 1]).astype(np.float64)
+    cls = ek[idx - 1] * 2 + (ek[idx] - SEND_FWD)
+    ok = gap >= MIN_GAP_NS
+    low = np.full(P2P_CLASSES * n, np.inf)
+    np.minimum.at(low, cls[ok] * n + es[idx[ok]], gap[ok])  # per class and member, its shortest
+    cnt = np.bincount(cls[ok] * n + es[idx[ok]], minlength=P2P_CLASSES * n)
+    low = low.reshape(P2P_CLASSES, n)
+    share = np.bincount(es[idx[ok]], weights=gap[ok], minlength=n)[:n] / max(span, 1.0)
+    return {"busy_cls_ms": [[None if not np.isfinite(v) else round(float(v) / 1e6, 4) for v in row] for row in low],
+            "busy_cls_n": cnt.reshape(P2P_CLASSES, n).tolist(), "busy_share": _r(np.minimum(share, 1.0))}

@@ -75,7 +75,7 @@ def populate(client, settings, job="j42", skew_ns=None):
 
 
 def test_migrate_is_idempotent_and_incidents_follow_the_contract(ch_client, ch_settings):
-    assert migrate(ch_client, ch_settings) == [1]
+    assert migrate(ch_client, ch_settings) == [1, 2]
     assert migrate(ch_client, ch_settings) == []
     db = ch_settings.clickhouse_database
     tables = {r[0] for r in ch_client.query(f"SHOW TABLES FROM {db}").result_rows}

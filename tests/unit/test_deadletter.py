@@ -54,9 +54,10 @@ def test_bad_messages_raise_and_good_ones_still_flow(pipeline):
     assert pipeline.jobs == {"j"}
 
 
-def test_each_job_runs_on_its_own_clock_and_a_lagging_job_is_held(settings):
+def test_each_job_runs_on_its_own_clock_and_nothing_is_judged_before_every_partition_read(settings):
     """Per-job event time in the worker: a job whose clocks run 60 s fast never moves
-    another job's now; a job whose partition is behind does not age with the wall clock."""
+    another job's now; at start-up, until every partition delivered, jobs are held (their
+    clocks do not age with the wall clock)."""
     wall = [1_000 * 10**9]
     p = Pipeline(settings, StreamMetrics(), wall_ns=lambda: wall[0])
     fast = [m for m in simulate(JobSpec(job="fast", tp=2, duration_s=1, start_ns=wall[0] + 60 * 10**9)).messages()
@@ -69,6 +70,7 @@ def test_each_job_runs_on_its_own_clock_and_a_lagging_job_is_held(settings):
     clocks = p.detector.comm_clocks
     assert clocks.now("slow", wall[0]) == slow.ts_ns + 2 * 10**9
     assert clocks.now("fast", wall[0]) == fast.ts_ns + 2 * 10**9
-    p.lagging = {"part-1"}
-    assert p.extrapolate("fast") and not p.extrapolate("slow")
-    assert clocks.now("slow", wall[0], p.extrapolate("slow")) == slow.ts_ns
+    assert not p.held("fast") and not p.held("slow")
+    p.unread = True
+    assert p.held("fast") and p.held("slow")
+    assert clocks.now("slow", wall[0], not p.held("slow")) == slow.ts_ns

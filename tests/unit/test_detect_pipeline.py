@@ -23,7 +23,7 @@ def test_slow_stage_is_the_culprit_not_its_tp_peers_or_other_stages(settings, tp
         ("open", "slow_rank", [rank])]
     assert {tuple(i["culprit_ranks"]) for i in incidents} == {(rank,)}
     ev = incidents[0]["evidence"]
-    assert ev["ratio"] >= 1.1 and ev["signal"] == "collectives"
+    assert ev["ratio"] >= 1.1 and ev["signal"] in ("collectives", "phases")
     # its victims wait longer but compute as fast as their peers
     ratios = det.job_stage.jobs["pipe"].slow.ratio
     assert max(v for r, v in ratios.items() if r != rank) < 1.1

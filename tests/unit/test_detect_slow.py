@@ -65,7 +65,7 @@ def test_downclocked_gpu_is_evidence_on_the_slow_rank(settings):
     for r, node in NODES.items():
         hw = {"v": 1, "job": "j1", "node": node, "ts_ns": j.now, "rank": r, "sm_clock_mhz": 1100 if r == 1 else 1980}
         j.send(Message(topics.HW, "j1", j.now, json.dumps(hw).encode()))
-    steps(j, 6, late=_late(400 * MS))
+    steps(j, 8, late=_late(400 * MS))
     (inc,) = j.opened("slow_rank")
     assert inc["culprit_ranks"] == [1] and inc["evidence"]["sm_clock_mhz"] == 1100
     assert j.opened("hw_fault") == []
