@@ -127,11 +127,13 @@ def test_a_forked_child_does_not_keep_a_dead_writers_lock(tmp_path):
     code = ("import os, sys, time; from commwatch import ring; "
             "w = ring.RingWriter(sys.argv[1], rank=0, job='j', capacity=8); "
             "pid = os.fork()\n"
-            "if pid == 0:\n    time.sleep(60); os._exit(0)\n"
+            "if pid == 0:\n    print('child', flush=True); time.sleep(60); os._exit(0)\n"
             "print(pid, flush=True); time.sleep(60)")
     parent = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "j" / "0.ring")], stdout=subprocess.PIPE,
                               text=True)
-    child = int(parent.stdout.readline())
+    lines = {parent.stdout.readline().strip(), parent.stdout.readline().strip()}  # the child runs (fork is done)
+    lines.discard("child")
+    child = int(lines.pop())
     try:
         (src,) = RingDir(tmp_path).scan()[0]
         assert src.writer_alive()
