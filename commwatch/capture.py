@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, Iterator, NamedTuple
 
 from commwatch import topics
+from commwatch.wire import MAX_TS_NS
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ class CaptureWriter:
         else:
             try:
                 line["value"] = json.loads(msg.value)
-            except ValueError:  # keep what cannot be parsed, exactly as produced
+            except (ValueError, RecursionError):  # keep what cannot be parsed, exactly as produced
                 line["value_b64"] = base64.b64encode(msg.value).decode("ascii")
         self.out.write(json.dumps(line, separators=(",", ":")) + "\n")
         self.count += 1
@@ -85,6 +86,8 @@ def parse_line(line: str, lineno: int = 0) -> Message:
         obj = json.loads(line)
     except ValueError as exc:
         raise CaptureLineError(lineno, f"not JSON ({exc.msg})") from None
+    except RecursionError:
+        raise CaptureLineError(lineno, "JSON nested too deeply") from None
     if not isinstance(obj, dict):
         raise CaptureLineError(lineno, "not a JSON object")
     topic, ts = obj.get("topic"), obj.get("ts_ns")
@@ -92,6 +95,8 @@ def parse_line(line: str, lineno: int = 0) -> Message:
         raise CaptureLineError(lineno, "topic missing or not a string")
     if not isinstance(ts, int) or isinstance(ts, bool):
         raise CaptureLineError(lineno, "ts_ns missing or not an integer")
+    if not 0 <= ts < MAX_TS_NS:  # the clock of replay: an absurd one would move every job's time
+        raise CaptureLineError(lineno, "ts_ns negative or far in the future")
     key = obj.get("key")
     if key is not None and not isinstance(key, str):
         raise CaptureLineError(lineno, "key is not a string")
@@ -101,7 +106,10 @@ def parse_line(line: str, lineno: int = 0) -> Message:
         except (binascii.Error, TypeError, ValueError):
             raise CaptureLineError(lineno, "value_b64 is not base64") from None
     elif "value" in obj:
-        value = json.dumps(obj["value"], separators=(",", ":")).encode("utf-8")
+        try:
+            value = json.dumps(obj["value"], separators=(",", ":")).encode("utf-8")
+        except (RecursionError, ValueError):
+            raise CaptureLineError(lineno, "value cannot be written back as JSON") from None
     else:
         raise CaptureLineError(lineno, "neither value nor value_b64")
     return Message(topic, key, ts, value)

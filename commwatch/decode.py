@@ -49,6 +49,7 @@ def _comm_key(key) -> tuple[str, int]:
     hit = _keys.get(key)
     if hit is None:
         hit = topics.split_comm_key(key)
+        messages.job_id_ok(hit[0], "key job")
         if len(_keys) >= KEY_CACHE:
             _keys.clear()
         _keys[key] = hit
@@ -62,18 +63,29 @@ def message_job(msg: Message) -> str:
 
 
 def decode_message(msg: Message, max_bytes: int | None = None) -> CallBatch | dict:
-    """A `CallBatch` for calls, a validated dict for JSON topics; raises `WireError`."""
+    """A `CallBatch` for calls, a validated dict for JSON topics; raises `WireError`.
+
+    Every field is checked here (`wire.validate_records` for call records, `messages` for
+    JSON): the key (`{job}/{comm}` or `{job}`, a valid job id), the size, and every record.
+    One record that breaks a rule refuses the whole message: a producer that writes one
+    absurd record is not trusted for the others, and the message goes to the dead-letter
+    topic whole, as received, so nothing is silently half-applied."""
+    if not 0 <= msg.ts_ns < wire.MAX_TS_NS:  # the message's time drives the detectors' clocks
+        raise WireError("bad_time", f"message time {msg.ts_ns} ns is negative or far in the future")
     if max_bytes is not None and len(msg.value) > max_bytes:
         raise WireError("oversized", f"value of {len(msg.value)} bytes exceeds the {max_bytes}-byte limit")
     if msg.topic == topics.CALLS:
         job, comm = _comm_key(msg.key)
         return CallBatch(job, comm, wire.check_batch(msg.value, comm), msg.value)
-    obj = messages.decode(msg.topic, msg.value)
-    key_job = message_job(msg)
     if msg.topic == topics.PROGRESS:
-        job, comm = topics.split_comm_key(msg.key)
-        if obj["comm"] != f"{comm:016x}":
-            raise WireError("comm_mismatch", f"progress.comm {obj['comm']} differs from key comm {comm:016x}")
-    if key_job and obj.get("job") not in (None, key_job):
-        raise WireError("job_mismatch", f"message job {obj.get('job')!r} differs from key job {key_job!r}")
+        key_job, comm = _comm_key(msg.key)
+    else:
+        key_job = messages.job_id_ok(msg.key, "key") if isinstance(msg.key, str) else None
+        if key_job is None:
+            raise WireError("bad_key", f"a {msg.topic} message needs its job as the key, got {msg.key!r}")
+    obj = messages.decode(msg.topic, msg.value)
+    if msg.topic == topics.PROGRESS and obj["comm"] != f"{comm:016x}":
+        raise WireError("comm_mismatch", f"progress.comm {obj['comm']} differs from key comm {comm:016x}")
+    if obj["job"] != key_job:
+        raise WireError("job_mismatch", f"message job {obj['job']!r} differs from key job {key_job!r}")
     return obj

@@ -52,9 +52,10 @@ def consumer(settings: Settings, bootstrap: str, group: str, **extra: Any) -> Co
 
 
 def ensure_topics(settings: Settings, bootstrap: str, names: Iterable[str] | None = None,
-                  partitions: int | None = None, timeout_s: float = 15.0) -> None:
-    """Create the contract's topics (or `names`) if missing. A broker that does not answer
-    in `timeout_s` raises `SettingsError` naming COMMWATCH_KAFKA_BOOTSTRAP."""
+                  partitions: int | None = None, timeout_s: float = 15.0) -> list[str]:
+    """Create the contract's topics (or `names`) if missing; returns those it created. A
+    broker that does not answer in `timeout_s` raises `SettingsError` naming
+    COMMWATCH_KAFKA_BOOTSTRAP."""
     names = list(names) if names is not None else settings.topics.all()
     admin = AdminClient({**settings.kafka_config(bootstrap), "log_level": 0})  # failures are raised, not logged
     try:
@@ -71,14 +72,17 @@ def ensure_topics(settings: Settings, bootstrap: str, names: Iterable[str] | Non
         if n not in existing
     ]
     if not wanted:
-        return
+        return []
+    made = []
     for name, fut in admin.create_topics(wanted, request_timeout=timeout_s).items():
         try:
             fut.result(timeout=timeout_s)
+            made.append(name)
         except KafkaException as exc:
             if "TOPIC_ALREADY_EXISTS" not in str(exc):
                 raise
-    log.debug("created topics %s", [t.topic for t in wanted])
+    log.debug("created topics %s", made)
+    return made
 
 
 class Sender:

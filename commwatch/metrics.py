@@ -20,12 +20,14 @@ in the class docstring.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
 log = logging.getLogger(__name__)
@@ -56,6 +58,9 @@ class StreamMetrics:
     - `commwatch_detection_delay_seconds{kind}` (histogram): event time from the fault's onset
       to the incident's `opened_ns`, as far as the incident's evidence tells the onset (see
       `detection_delay_s`); incidents that do not tell are not observed.
+    - `commwatch_stream_dropped_total{reason}` (counter): what the detector core dropped or
+      refused after decoding, by reason (`Detector.drops()`: e.g. `records`, call records
+      outside a comm's instance ring); counted by the increase at each tick.
     - `commwatch_job_*{job_name,...}` (gauges): each job's health, from the snapshots this
       worker publishes; see `JobHealthGauges`.
     """
@@ -91,13 +96,26 @@ class StreamMetrics:
             "commwatch_detection_delay_seconds", "event time from a fault's onset to its incident opening",
             ["kind"], buckets=DELAY_BUCKETS, registry=r,
         )
+        self.dropped = Counter(
+            "commwatch_stream_dropped", "what the detector dropped or refused, by reason", ["reason"], registry=r
+        )
         self._open: dict[str, tuple[str, str]] = {}
+        self._drops_seen: dict[str, int] = {}
         self.job_health = JobHealthGauges()
         r.register(self.job_health)
 
     def observe_health(self, snapshot: dict[str, Any]) -> None:
         """Take a job health snapshot as published on `cw.internal.health.v1`."""
         self.job_health.observe(snapshot)
+
+    def count_drops(self, cumulative: dict[str, int]) -> None:
+        """Advance `commwatch_stream_dropped_total` to the detector's cumulative counts by
+        reason (a count that went down, e.g. state forgotten, starts again from there)."""
+        for reason, total in cumulative.items():
+            before = self._drops_seen.get(reason, 0)
+            if total > before:
+                self.dropped.labels(reason=reason).inc(total - before)
+            self._drops_seen[reason] = total
 
     def incident(self, inc: dict[str, Any]) -> None:
         """Account one published incident event (contract 2.6)."""
@@ -326,17 +344,47 @@ def detection_delay_s(inc: dict[str, Any]) -> float | None:
 
 
 def serve(registry: CollectorRegistry, host: str, port: int,
+          routes: dict[str, Callable[[], tuple[bool, dict]]] | None = None,
           key: str = "COMMWATCH_METRICS_PORT") -> tuple[Any, int]:
-    """Serve `registry` on http://host:port/metrics in a daemon thread; returns (server, port).
+    """Serve `registry` on http://host:port/metrics in a daemon thread, and each of `routes`
+    (path -> check returning (ok, JSON body); 200 when ok, else 503); returns (server, port).
     A port that cannot be bound raises `SettingsError` naming `key`."""
     from commwatch.settings import SettingsError
 
+    checks = dict(routes or {})
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            path = self.path.split("?", 1)[0]
+            if path in checks:
+                try:
+                    ok, body = checks[path]()
+                except Exception as exc:  # noqa: BLE001 - a failing check is a failed probe
+                    ok, body = False, {"ok": False, "reason": f"check failed: {exc}"}
+                self._reply(200 if ok else 503, "application/json", json.dumps(body).encode())
+            elif path in ("/metrics", "/"):
+                self._reply(200, CONTENT_TYPE_LATEST, generate_latest(registry))
+            else:
+                self._reply(404, "text/plain", b"not found\n")
+
+        def _reply(self, code: int, ctype: str, body: bytes) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:  # probes every few seconds: no access log
+            pass
+
     try:
-        server, _thread = start_http_server(port, addr=host, registry=registry)
+        server = ThreadingHTTPServer((host, port), Handler)
     except (OSError, OverflowError) as exc:
         why = getattr(exc, "strerror", None) or str(exc)
         raise SettingsError(f"{key}: cannot serve metrics on {host}:{port} ({why}); "
                             f"set {key}=0 for a free port, or another port") from None
-    bound = server.server_port
-    log.info("metrics on http://%s:%d/metrics", host, bound)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
+    bound = server.server_address[1]
+    log.info("metrics on http://%s:%d/metrics%s", host, bound, "".join(f", {p}" for p in checks))
     return server, bound

@@ -81,6 +81,7 @@ class Settings:
     page_host: str = _opt("127.0.0.1", doc="bind address of the live page (`commwatch page`)")
     page_port: int = _opt(8470, minimum=0, doc="port of the live page; 0 = a free one")
     log_level: str = _opt("INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    liveness_stall_s: float = _opt(30.0, minimum=1.0, doc="/livez fails after the loop made no progress this long")
     # --- the local stack (`commwatch up`): each component's port, 0 = a free one ----------
     broker_port: int = _opt(0, minimum=0, doc="embedded broker's port on 127.0.0.1 (0 = a free one)")
     query_port: int = _opt(0, minimum=0, doc="history endpoint of the embedded ClickHouse's owner (0 = a free one)")
@@ -92,6 +93,8 @@ class Settings:
     hang_floor_s: float = _opt(5.0, minimum=0.1, doc="minimum time inside a call before a hang")
     hang_gap_factor: float = _opt(3.0, minimum=1.0, doc="hang threshold = max(floor, factor x p99 gap)")
     hang_step_factor: float = _opt(2.0, minimum=0.0, doc="hang threshold >= factor x the job's median step time")
+    hang_warmup_s: float = _opt(60.0, minimum=0.0,
+                                doc="a comm that never completed a call is judged hung only after this long")
     stall_floor_s: float = _opt(60.0, minimum=1.0)
     stall_step_factor: float = _opt(10.0, minimum=1.0)
     heartbeat_period_s: float = _opt(1.0, minimum=0.05)
@@ -119,6 +122,10 @@ class Settings:
     notify_slack_url: str = _secret()
     notify_feishu_url: str = _secret()
     notify_alertmanager_url: str = ""
+    notify_webhook_headers: str = _secret()  # "Name: value" pairs, ";"-separated, sent with the generic webhook
+    notify_alertmanager_headers: str = _secret()  # the same for Alertmanager (e.g. "Authorization: Basic ...")
+    notify_alertmanager_resend_s: float = _opt(60.0, minimum=0.5, doc="open incidents are re-sent to "
+                                               "Alertmanager this often; each send holds for 3 periods")
     notify_min_severity: str = _opt("P3", choices=("P0", "P1", "P2", "P3"))
     notify_kinds: str = _opt("", doc="comma-separated incident kinds to deliver; empty = all")
     notify_group_s: float = _opt(5.0, minimum=0.0)

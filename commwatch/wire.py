@@ -3,9 +3,9 @@
 One numpy structured dtype describes the record; `nccl-patch/include/commwatch_record.h`
 declares the same layout in C, and a test proves the two agree.
 
->>> recs = np.zeros(2, dtype=RECORD_DTYPE)
+>>> recs = empty(2)
 >>> recs["kind"] = KIND_CALL; recs["op"] = OP_ALLREDUCE; recs["comm"] = 0xABC
->>> recs["peer"] = -1
+>>> recs["nranks"] = 2; recs["comm_rank"] = [0, 1]
 >>> out = decode_batch(encode_batch(recs), comm=0xABC)
 >>> int(out["comm"][1])
 2748
@@ -13,8 +13,6 @@ declares the same layout in C, and a test proves the two agree.
 
 from __future__ import annotations
 
-import functools
-import re
 import struct
 
 import numpy as np
@@ -24,7 +22,11 @@ BATCH_MAGIC = b"CWB1"
 BATCH_VERSION = 1
 BATCH_HEADER = struct.Struct("<4sHHII")
 BATCH_HEADER_SIZE = BATCH_HEADER.size  # 16
-FAST_CHECK_RECORDS = 64  # batches up to this size are checked by a byte pattern, not numpy
+# Bounds of a sane record (`validate_records`); anything beyond is refused at decode.
+MAX_RANKS = 1 << 20  # global ranks and communicator sizes
+MAX_SEQ = 1 << 48  # a rank making a million calls a second for eight years stays below
+MAX_BYTES = 1 << 44  # 16 TiB in one call
+MAX_TS_NS = 1_689_906_000 << 32  # about 2200-01-01 (a multiple of 2**32): later is far future
 
 RECORD_DTYPE = np.dtype(
     [
@@ -101,9 +103,11 @@ def op_name(op: int) -> str:
 
 
 def empty(n: int) -> np.ndarray:
-    """A zeroed record array of length n with `peer` = -1."""
+    """A zeroed record array of length n with `peer` = -1 and `nranks` = 1 (a valid
+    COMM_INIT-less one-rank comm until the caller fills the fields in)."""
     recs = np.zeros(n, dtype=RECORD_DTYPE)
     recs["peer"] = -1
+    recs["nranks"] = 1
     return recs
 
 
@@ -146,62 +150,396 @@ def decode_batch(value: bytes, comm: int | None = None) -> np.ndarray:
 
 
 def check_batch(value: bytes, comm: int | None = None) -> int:
-    """Validate one `cw.calls.v1` value as `decode_batch` does, without building the array;
-    returns the record count.
-
-    Small batches (the common case: a node's calls of one comm over ~100 ms) are checked by
-    one compiled byte pattern, which costs far less than numpy's per-call overhead; a batch
-    the pattern refuses goes through `validate_records` for the exact reason.
-    """
+    """Validate one `cw.calls.v1` value as `decode_batch` does; returns the record count."""
     count = decode_header(value)
-    if count <= FAST_CHECK_RECORDS and _records_pattern(comm).fullmatch(value, BATCH_HEADER_SIZE) is not None:
-        return count
     validate_records(np.frombuffer(value, dtype=RECORD_DTYPE, count=count, offset=BATCH_HEADER_SIZE), comm)
     return count
 
 
+def check_batches(values: list[bytes], comms: list[int]) -> list[int | WireError]:
+    """Validate many `cw.calls.v1` values at once (what one consumer poll returned): one
+    numpy pass over all their records. Returns, per value, its record count or the
+    `WireError` that `check_batch` raises for it (found again value by value only when
+    something is wrong)."""
+    out: list[int | WireError] = []
+    bodies, keep = [], []
+    for i, value in enumerate(values):
+        try:
+            count = decode_header(value)
+        except WireError as err:
+            out.append(err)
+            continue
+        out.append(count)
+        bodies.append(memoryview(value)[BATCH_HEADER_SIZE:])
+        keep.append(i)
+    if not keep:
+        return out
+    counts = np.array([out[i] for i in keep], dtype=np.int64)
+    recs = np.frombuffer(b"".join(bodies), dtype=RECORD_DTYPE)
+    want = np.repeat(np.array([comms[i] & 0xFFFFFFFFFFFFFFFF for i in keep], dtype=np.uint64), counts)
+    if len(recs) == 0 or _words_ok(recs, want):
+        return out
+    bad = record_faults(recs, want)
+    ends = np.cumsum(counts)
+    per_value = np.add.reduceat(bad, ends - counts) if len(bad) else np.zeros(len(keep), np.int64)
+    for j in np.flatnonzero((per_value > 0) & (counts > 0)).tolist():
+        i = keep[j]
+        try:
+            check_batch(values[i], comms[i])
+        except WireError as err:
+            out[i] = err
+    return out
 
-@functools.lru_cache(maxsize=4096)
-def _records_pattern(comm: int | None) -> re.Pattern:
-    """Records that pass `validate_records`: kind 1-3, op <= OP_MAX, rank >= -1, the comm,
-    non-negative start and end times (little-endian: the sign is the top bit of the last byte)."""
-    comm_bytes = rb".{8}" if comm is None else re.escape(struct.pack("<Q", comm & 0xFFFFFFFFFFFFFFFF))
-    record = (
-        b"[\\x%02x-\\x%02x][\\x00-\\x%02x].." % (KIND_CALL, KIND_COMM_DESTROY, OP_MAX)
-        + rb"(?:...[\x00-\x7f]|\xff\xff\xff\xff)"  # rank: >= 0, or -1
-        + comm_bytes
-        + rb".{15}[\x00-\x7f]"  # seq, t_start_ns
-        + rb".{7}[\x00-\x7f]"  # t_end_ns
-        + rb".{24}"
-    )
-    return re.compile(rb"(?:" + record + rb")*", re.DOTALL)
 
-
-def validate_records(recs: np.ndarray, comm: int | None = None) -> None:
-    """Vectorised checks of kinds, ops, comm and times; raises `WireError`."""
-    if len(recs) == 0:
-        return
-    kinds = recs["kind"]
-    bad = (kinds < KIND_CALL) | (kinds > KIND_COMM_DESTROY)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise WireError("unknown_kind", f"record {i} has kind {int(kinds[i])}")
-    ops = recs["op"]
-    bad = ops > OP_MAX
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise WireError("unknown_op", f"record {i} has op {int(ops[i])}")
+def _checks(recs: np.ndarray, comm: int | np.ndarray | None) -> list[tuple[str, str, np.ndarray]]:
+    """(reason, field, mask of records that break the rule), in the order they are reported."""
+    kind, op, flags = recs["kind"], recs["op"], recs["flags"]
+    rank, comm_rank, peer = recs["rank"], recs["comm_rank"], recs["peer"]
+    nranks = recs["nranks"].astype(np.int64)
+    t0, t1 = recs["t_start_ns"], recs["t_end_ns"]
+    out = [
+        ("unknown_kind", "kind", (kind < KIND_CALL) | (kind > KIND_COMM_DESTROY)),
+        ("unknown_op", "op", (op > OP_MAX) | ((kind != KIND_CALL) & (op != OP_UNKNOWN))),
+    ]
     if comm is not None:
-        bad = recs["comm"] != np.uint64(comm)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise WireError(
-                "comm_mismatch", f"record {i} has comm {int(recs['comm'][i]):016x}, key says {comm:016x}"
-            )
-    if (recs["t_start_ns"] < 0).any() or (recs["t_end_ns"] < 0).any():
-        raise WireError("bad_time", "negative timestamp in batch")
-    if (recs["rank"] < -1).any():
-        raise WireError("bad_rank", "global rank below -1 (unknown) in batch")
+        want = np.asarray(comm).astype(np.uint64) if isinstance(comm, np.ndarray) else np.uint64(comm)
+        out.append(("comm_mismatch", "comm", recs["comm"] != want))
+    out += [
+        ("bad_rank", "rank", (rank < -1) | (rank >= MAX_RANKS)),
+        ("bad_nranks", "nranks", (nranks < 1) | (nranks > MAX_RANKS)),
+        ("bad_comm_rank", "comm_rank", (comm_rank < 0) | (comm_rank >= nranks)),
+        ("bad_peer", "peer", (peer < -1) | (peer >= nranks)),
+        ("bad_seq", "seq", recs["seq"] >= np.uint64(MAX_SEQ)),
+        ("bad_time", "t_start_ns", (t0 < 0) | (t0 >= MAX_TS_NS)),
+        ("bad_time", "t_end_ns", (t1 < 0) | (t1 >= MAX_TS_NS) | (((flags & FLAG_COMPLETED) != 0) & (t1 < t0))),
+        ("bad_bytes", "bytes", recs["bytes"] >= np.uint64(MAX_BYTES)),
+        ("bad_aux", "aux", (kind == KIND_COMM_INIT) & (recs["aux"] > nranks)),
+    ]
+    return out
+
+
+def record_faults(recs: np.ndarray, comm: int | np.ndarray | None = None) -> np.ndarray:
+    """Boolean mask of the records that break a rule of `validate_records`."""
+    bad = np.zeros(len(recs), dtype=bool)
+    for _reason, _field, mask in _checks(recs, comm):
+        bad |= mask
+    return bad
+
+
+def validate_records(recs: np.ndarray, comm: int | np.ndarray | None = None) -> None:
+    """Check every field of every record at once (numpy over the whole array); raises
+    `WireError(reason, detail)` naming the first record and field that break a rule.
+
+    `comm` is the communicator the records must carry: one id for a batch (from its key),
+    or one per record when many batches are checked together.
+
+    Rules (beyond kind and op): `rank` in [-1, MAX_RANKS) (-1: unknown); `nranks` in
+    [1, MAX_RANKS]; `comm_rank` in [0, nranks); `peer` in [-1, nranks); `seq` below
+    MAX_SEQ; both times in [0, MAX_TS_NS), and a COMPLETED call does not end before it
+    started; `bytes` below MAX_BYTES; non-CALL kinds have op 0; a COMM_INIT's node count
+    (`aux`) is at most `nranks`. Flag bits a consumer does not know are ignored (contract
+    section 1), and `t_end_ns` of a call not COMPLETED is not read.
+
+    The common case (nothing wrong) costs a dozen numpy operations over the record words;
+    only a batch that fails them is checked rule by rule for the exact reason.
+    """
+    if len(recs) == 0 or _words_ok(recs, comm):
+        return
+    checks = _checks(recs, comm)
+    bad = checks[0][2].copy()
+    for _reason, _field, mask in checks[1:]:
+        bad |= mask
+    if not bad.any():
+        return
+    i = int(np.argmax(bad))
+    for reason, name, mask in checks:
+        if mask[i]:
+            context = _context(recs, i, name)
+            if name == "comm":
+                want = comm[i] if isinstance(comm, np.ndarray) else comm
+                context = f" (the key says {int(want) & 0xFFFFFFFFFFFFFFFF:016x})"
+            raise WireError(reason, f"record {i}: {name} = {_field_text(recs, i, name)}{context}")
+
+
+# The range rules on whole 32-bit words: word k of a record is bad when (word + ADD[k]) mod 2**32
+# exceeds MAX[k] (rank, nranks, and the high words of seq, both times and bytes).
+_WORD_ADD = np.zeros(16, np.uint32)
+_WORD_MAX = np.full(16, 0xFFFFFFFF, np.uint32)
+_WORD_ADD[1], _WORD_MAX[1] = 1, MAX_RANKS  # rank in [-1, MAX_RANKS)
+_WORD_ADD[14], _WORD_MAX[14] = 0xFFFFFFFF, MAX_RANKS - 1  # nranks in [1, MAX_RANKS]
+_WORD_MAX[5] = (MAX_SEQ >> 32) - 1
+_WORD_MAX[7] = _WORD_MAX[9] = (MAX_TS_NS >> 32) - 1  # a negative time has its top bit set
+_WORD_MAX[11] = (MAX_BYTES >> 32) - 1
+# kind | op << 8 -> allowed
+_KIND_OP_OK = np.zeros(1 << 16, bool)
+_KIND_OP_OK[KIND_CALL | (np.arange(OP_MAX + 1) << 8)] = True
+_KIND_OP_OK[[KIND_COMM_INIT, KIND_COMM_DESTROY]] = True
+
+
+_U4, _U2, _I8 = np.dtype("<u4"), np.dtype("<u2"), np.dtype("<i8")
+_TILED = 1024  # records covered by the tiled bounds (larger arrays broadcast: same result)
+_TILED_ADD, _TILED_MAX = np.tile(_WORD_ADD, _TILED), np.tile(_WORD_MAX, _TILED)
+_count = np.count_nonzero  # far cheaper than ndarray.any() on small arrays
+
+
+def _words_ok(recs: np.ndarray, comm: int | np.ndarray | None) -> bool:
+    """True when every record passes every rule of `validate_records` (False: look closer)."""
+    recs = np.ascontiguousarray(recs)
+    n = len(recs)
+    flat = recs.view(_U4)
+    if n <= _TILED:
+        words_bad = (flat + _TILED_ADD[: 16 * n]) > _TILED_MAX[: 16 * n]
+    else:
+        words_bad = (flat.reshape(-1, 16) + _WORD_ADD) > _WORD_MAX
+    w16 = recs.view(_U2)[::32]  # kind | op << 8
+    if _count(words_bad) or _count(_KIND_OP_OK[w16]) != n:
+        return False
+    nranks = recs["nranks"]
+    if _count(recs["comm_rank"].view(_U4) >= nranks) or _count(recs["peer"].view(_U4) + np.uint32(1) > nranks):
+        return False
+    early = recs["t_end_ns"] < recs["t_start_ns"]  # fine unless COMPLETED (an entry record has t_end 0)
+    if _count(early) and _count(early & ((recs["flags"] & FLAG_COMPLETED) != 0)):
+        return False
+    if _count(recs["aux"] > nranks) and _count((w16 == KIND_COMM_INIT) & (recs["aux"] > nranks)):
+        return False
+    if comm is not None:
+        want = np.asarray(comm).astype(np.uint64) if isinstance(comm, np.ndarray) else np.uint64(comm)
+        if _count(recs["comm"] != want):
+            return False
+    return True
+
+
+def _checks(recs: np.ndarray, comm: int | np.ndarray | None) -> list[tuple[str, str, np.ndarray]]:
+    """(reason, field, mask of records that break the rule), in the order they are reported."""
+    kind, op, flags = recs["kind"], recs["op"], recs["flags"]
+    rank, comm_rank, peer = recs["rank"], recs["comm_rank"], recs["peer"]
+    nranks = recs["nranks"].astype(np.int64)
+    t0, t1 = recs["t_start_ns"], recs["t_end_ns"]
+    out = [
+        ("unknown_kind", "kind", (kind < KIND_CALL) | (kind > KIND_COMM_DESTROY)),
+        ("unknown_op", "op", (op > OP_MAX) | ((kind != KIND_CALL) & (op != OP_UNKNOWN))),
+    ]
+    if comm is not None:
+        want = np.asarray(comm).astype(np.uint64) if isinstance(comm, np.ndarray) else np.uint64(comm)
+        out.append(("comm_mismatch", "comm", recs["comm"] != want))
+    out += [
+        ("bad_rank", "rank", (rank < -1) | (rank >= MAX_RANKS)),
+        ("bad_nranks", "nranks", (nranks < 1) | (nranks > MAX_RANKS)),
+        ("bad_comm_rank", "comm_rank", (comm_rank < 0) | (comm_rank >= nranks)),
+        ("bad_peer", "peer", (peer < -1) | (peer >= nranks)),
+        ("bad_seq", "seq", recs["seq"] >= np.uint64(MAX_SEQ)),
+        ("bad_time", "t_start_ns", (t0 < 0) | (t0 >= MAX_TS_NS)),
+        ("bad_time", "t_end_ns", (t1 < 0) | (t1 >= MAX_TS_NS) | (((flags & FLAG_COMPLETED) != 0) & (t1 < t0))),
+        ("bad_bytes", "bytes", recs["bytes"] >= np.uint64(MAX_BYTES)),
+        ("bad_aux", "aux", (kind == KIND_COMM_INIT) & (recs["aux"] > nranks)),
+    ]
+    return out
+
+
+def record_faults(recs: np.ndarray, comm: int | np.ndarray | None = None) -> np.ndarray:
+    """Boolean mask of the records that break a rule of `validate_records`."""
+    bad = np.zeros(len(recs), dtype=bool)
+    for _reason, _field, mask in _checks(recs, comm):
+        bad |= mask
+    return bad
+
+
+def validate_records(recs: np.ndarray, comm: int | np.ndarray | None = None) -> None:
+    """Check every field of every record at once (numpy over the whole array); raises
+    `WireError(reason, detail)` naming the first record and field that break a rule.
+
+    `comm` is the communicator the records must carry: one id for a batch (from its key),
+    or one per record when many batches are checked together.
+
+    Rules (beyond kind and op): `rank` in [-1, MAX_RANKS) (-1: unknown); `nranks` in
+    [1, MAX_RANKS]; `comm_rank` in [0, nranks); `peer` in [-1, nranks); `seq` below
+    MAX_SEQ; both times in [0, MAX_TS_NS), and a COMPLETED call does not end before it
+    started; `bytes` below MAX_BYTES; non-CALL kinds have op 0; a COMM_INIT's node count
+    (`aux`) is at most `nranks`. Flag bits a consumer does not know are ignored (contract
+    section 1), and `t_end_ns` of a call not COMPLETED is not read.
+
+    The common case (nothing wrong) costs a dozen numpy operations over the record words;
+    only a batch that fails them is checked rule by rule for the exact reason.
+    """
+    if len(recs) == 0 or _words_ok(recs, comm):
+        return
+    checks = _checks(recs, comm)
+    bad = checks[0][2].copy()
+    for _reason, _field, mask in checks[1:]:
+        bad |= mask
+    if not bad.any():
+        return
+    i = int(np.argmax(bad))
+    for reason, name, mask in checks:
+        if mask[i]:
+            context = _context(recs, i, name)
+            if name == "comm":
+                want = comm[i] if isinstance(comm, np.ndarray) else comm
+                context = f" (the key says {int(want) & 0xFFFFFFFFFFFFFFFF:016x})"
+            raise WireError(reason, f"record {i}: {name} = {_field_text(recs, i, name)}{context}")
+
+
+# The range rules on whole 32-bit words: word k of a record is bad when (word + ADD[k]) mod 2**32
+# exceeds MAX[k] (rank, nranks, and the high words of seq, both times and bytes).
+_WORD_ADD = np.zeros(16, np.uint32)
+_WORD_MAX = np.full(16, 0xFFFFFFFF, np.uint32)
+_WORD_ADD[1], _WORD_MAX[1] = 1, MAX_RANKS  # rank in [-1, MAX_RANKS)
+_WORD_ADD[14], _WORD_MAX[14] = 0xFFFFFFFF, MAX_RANKS - 1  # nranks in [1, MAX_RANKS]
+_WORD_MAX[5] = (MAX_SEQ >> 32) - 1
+_WORD_MAX[7] = _WORD_MAX[9] = (MAX_TS_NS >> 32) - 1  # a negative time has its top bit set
+_WORD_MAX[11] = (MAX_BYTES >> 32) - 1
+# kind | op << 8 -> allowed
+_KIND_OP_OK = np.zeros(1 << 16, bool)
+_KIND_OP_OK[KIND_CALL | (np.arange(OP_MAX + 1) << 8)] = True
+_KIND_OP_OK[[KIND_COMM_INIT, KIND_COMM_DESTROY]] = True
+
+
+_U4, _U2, _I8 = np.dtype("<u4"), np.dtype("<u2"), np.dtype("<i8")
+_count = np.count_nonzero  # far cheaper than ndarray.any() on small arrays
+
+
+def _words_ok(recs: np.ndarray, comm: int | np.ndarray | None) -> bool:
+    """True when every record passes every rule of `validate_records` (False: look closer)."""
+    recs = np.ascontiguousarray(recs)
+    w32 = recs.view(_U4).reshape(-1, 16)
+    w16 = recs.view(_U2).reshape(-1, 32)
+    nranks = w32[:, 14]
+    if _count((w32 + _WORD_ADD) > _WORD_MAX) or _count(_KIND_OP_OK[w16[:, 0]]) != len(recs):
+        return False
+    if _count(w32[:, 12] >= nranks) or _count((w32[:, 13] + np.uint32(1)) > nranks):
+        return False
+    w64 = recs.view(_I8).reshape(-1, 8)
+    if _count((w16[:, 1] & FLAG_COMPLETED).astype(bool) & (w64[:, 4] < w64[:, 3])):
+        return False
+    if _count((w16[:, 0] == KIND_COMM_INIT) & (w32[:, 15] > nranks)):
+        return False
+    if comm is not None:
+        want = np.asarray(comm).astype(np.uint64) if isinstance(comm, np.ndarray) else np.uint64(comm)
+        if _count(recs["comm"] != want):
+            return False
+    return True
+
+
+def _checks(recs: np.ndarray, comm: int | np.ndarray | None) -> list[tuple[str, str, np.ndarray]]:
+    """(reason, field, mask of records that break the rule), in the order they are reported."""
+    kind, op, flags = recs["kind"], recs["op"], recs["flags"]
+    rank, comm_rank, peer = recs["rank"], recs["comm_rank"], recs["peer"]
+    nranks = recs["nranks"].astype(np.int64)
+    t0, t1 = recs["t_start_ns"], recs["t_end_ns"]
+    out = [
+        ("unknown_kind", "kind", (kind < KIND_CALL) | (kind > KIND_COMM_DESTROY)),
+        ("unknown_op", "op", (op > OP_MAX) | ((kind != KIND_CALL) & (op != OP_UNKNOWN))),
+    ]
+    if comm is not None:
+        want = np.asarray(comm).astype(np.uint64) if isinstance(comm, np.ndarray) else np.uint64(comm)
+        out.append(("comm_mismatch", "comm", recs["comm"] != want))
+    out += [
+        ("bad_rank", "rank", (rank < -1) | (rank >= MAX_RANKS)),
+        ("bad_nranks", "nranks", (nranks < 1) | (nranks > MAX_RANKS)),
+        ("bad_comm_rank", "comm_rank", (comm_rank < 0) | (comm_rank >= nranks)),
+        ("bad_peer", "peer", (peer < -1) | (peer >= nranks)),
+        ("bad_seq", "seq", recs["seq"] >= np.uint64(MAX_SEQ)),
+        ("bad_time", "t_start_ns", (t0 < 0) | (t0 >= MAX_TS_NS)),
+        ("bad_time", "t_end_ns", (t1 < 0) | (t1 >= MAX_TS_NS) | (((flags & FLAG_COMPLETED) != 0) & (t1 < t0))),
+        ("bad_bytes", "bytes", recs["bytes"] >= np.uint64(MAX_BYTES)),
+        ("bad_aux", "aux", (kind == KIND_COMM_INIT) & (recs["aux"] > nranks)),
+    ]
+    return out
+
+
+def record_faults(recs: np.ndarray, comm: int | np.ndarray | None = None) -> np.ndarray:
+    """Boolean mask of the records that break a rule of `validate_records`."""
+    bad = np.zeros(len(recs), dtype=bool)
+    for _reason, _field, mask in _checks(recs, comm):
+        bad |= mask
+    return bad
+
+
+def validate_records(recs: np.ndarray, comm: int | np.ndarray | None = None) -> None:
+    """Check every field of every record at once (numpy over the whole array); raises
+    `WireError(reason, detail)` naming the first record and field that break a rule.
+
+    `comm` is the communicator the records must carry: one id for a batch (from its key),
+    or one per record when many batches are checked together.
+
+    Rules (beyond kind and op): `rank` in [-1, MAX_RANKS) (-1: unknown); `nranks` in
+    [1, MAX_RANKS]; `comm_rank` in [0, nranks); `peer` in [-1, nranks); `seq` below
+    MAX_SEQ; both times in [0, MAX_TS_NS), and a COMPLETED call does not end before it
+    started; `bytes` below MAX_BYTES; non-CALL kinds have op 0; a COMM_INIT's node count
+    (`aux`) is at most `nranks`. Flag bits a consumer does not know are ignored (contract
+    section 1), and `t_end_ns` of a call not COMPLETED is not read.
+
+    The common case (nothing wrong) costs a dozen numpy operations over the record words;
+    only a batch that fails them is checked rule by rule for the exact reason.
+    """
+    if len(recs) == 0 or _words_ok(recs, comm):
+        return
+    checks = _checks(recs, comm)
+    bad = checks[0][2].copy()
+    for _reason, _field, mask in checks[1:]:
+        bad |= mask
+    if not bad.any():
+        return
+    i = int(np.argmax(bad))
+    for reason, name, mask in checks:
+        if mask[i]:
+            context = _context(recs, i, name)
+            if name == "comm":
+                want = comm[i] if isinstance(comm, np.ndarray) else comm
+                context = f" (the key says {int(want) & 0xFFFFFFFFFFFFFFFF:016x})"
+            raise WireError(reason, f"record {i}: {name} = {_field_text(recs, i, name)}{context}")
+
+
+# The range rules on whole 32-bit words: word k of a record is bad when (word + ADD[k]) mod 2**32
+# exceeds MAX[k] (rank, nranks, and the high words of seq, both times and bytes).
+_WORD_ADD = np.zeros(16, np.uint32)
+_WORD_MAX = np.full(16, 0xFFFFFFFF, np.uint32)
+_WORD_ADD[1], _WORD_MAX[1] = 1, MAX_RANKS  # rank in [-1, MAX_RANKS)
+_WORD_ADD[14], _WORD_MAX[14] = 0xFFFFFFFF, MAX_RANKS - 1  # nranks in [1, MAX_RANKS]
+_WORD_MAX[5] = (MAX_SEQ >> 32) - 1
+_WORD_MAX[7] = _WORD_MAX[9] = (MAX_TS_NS >> 32) - 1  # a negative time has its top bit set
+_WORD_MAX[11] = (MAX_BYTES >> 32) - 1
+# kind | op << 8 -> allowed
+_KIND_OP_OK = np.zeros(1 << 16, bool)
+_KIND_OP_OK[KIND_CALL | (np.arange(OP_MAX + 1) << 8)] = True
+_KIND_OP_OK[[KIND_COMM_INIT, KIND_COMM_DESTROY]] = True
+
+
+def _words_ok(recs: np.ndarray, comm: int | np.ndarray | None) -> bool:
+    """True when every record passes every rule of `validate_records` (False: look closer)."""
+    recs = np.ascontiguousarray(recs)
+    w32 = recs.view("<u4").reshape(-1, 16)
+    w16 = recs.view("<u2").reshape(-1, 32)
+    w64 = recs.view("<i8").reshape(-1, 8)
+    nranks = w32[:, 14]
+    if ((w32 + _WORD_ADD) > _WORD_MAX).any() or not _KIND_OP_OK[w16[:, 0]].all():
+        return False
+    if (w32[:, 12] >= nranks).any() or ((w32[:, 13] + np.uint32(1)) > nranks).any():
+        return False
+    if ((w16[:, 1] & FLAG_COMPLETED).astype(bool) & (w64[:, 4] < w64[:, 3])).any():
+        return False
+    if ((w16[:, 0] == KIND_COMM_INIT) & (w32[:, 15] > nranks)).any():
+        return False
+    if comm is not None:
+        want = np.asarray(comm).astype(np.uint64) if isinstance(comm, np.ndarray) else np.uint64(comm)
+        if (recs["comm"] != want).any():
+            return False
+    return True
+
+
+def _field_text(recs: np.ndarray, i: int, name: str) -> str:
+    value = int(recs[name][i])
+    return f"{value:016x}" if name == "comm" else str(value)
+
+
+def _context(recs: np.ndarray, i: int, name: str) -> str:
+    if name in ("comm_rank", "peer", "aux"):
+        return f" (nranks {int(recs['nranks'][i])})"
+    if name == "t_end_ns":
+        return f" (t_start_ns {int(recs['t_start_ns'][i])}, flags {int(recs['flags'][i])})"
+    if name == "op":
+        return f" (kind {int(recs['kind'][i])})"
+    return ""
 
 
 def comm_hex(comm: int) -> str:

@@ -47,6 +47,7 @@ from commwatch.metrics import StreamMetrics
 from commwatch.settings import Settings
 from commwatch.streams.deadletter import error_headers
 from commwatch.streams.ledger import AlertLedger
+from commwatch.streams.liveness import Liveness, TopicKeeper
 from commwatch.streams.window_rows import WINDOWS, window_rows
 from commwatch.wire import WireError
 
@@ -232,8 +233,13 @@ def decode_report(msg: Message) -> dict:
     return bundle
 
 
-def create_app(settings: Settings, pipeline: Pipeline) -> faust.App:
-    """The faust app of one worker process (one per process: faust apps are not reentrant)."""
+def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None = None,
+               keeper: TopicKeeper | None = None) -> faust.App:
+    """The faust app of one worker process (one per process: faust apps are not reentrant).
+
+    `liveness` is fed from the loop (each consumed event, each timer tick, the assignment
+    and lag); `keeper` re-creates topics a restarted broker lost."""
+    liveness = liveness or Liveness(settings.liveness_stall_s)
     t = settings.topics
     app = faust.App(
         t.name("commwatch-stream"),
@@ -326,6 +332,8 @@ def create_app(settings: Settings, pipeline: Pipeline) -> faust.App:
             except WireError as err:
                 await dead_letter(event, err)
                 continue
+            finally:
+                liveness.beat("consume")
             await publish(out)
 
     @app.agent(comm_in, name="comm")
@@ -366,7 +374,12 @@ def create_app(settings: Settings, pipeline: Pipeline) -> faust.App:
 
     @app.timer(TICK_S)
     async def tick() -> None:
+        liveness.beat("tick")
         lags, unread = await lag_of({t.calls, t.progress, t.name(REPORTS), t.topology, t.steps, t.hw})
+        liveness.assigned(((tp.topic, tp.partition) for tp in app.consumer.assignment()), sum(lags.values()), unread)
+        if keeper is not None:
+            keeper.poll()
+            liveness.problem = keeper.error
         pipeline.lagging = {tp for tp, lag in lags.items() if lag > 0}
         pipeline.unread = unread
         await publish_reports(pipeline.comm_tick(), wait=False)
@@ -384,6 +397,7 @@ def create_app(settings: Settings, pipeline: Pipeline) -> faust.App:
             for name, lag in per_topic.items():
                 m.consumer_lag.labels(topic=t.base(name)).set(lag)
             m.jobs.set(len(pipeline.jobs))
+            m.count_drops(pipeline.detector.drops())
             if pipeline.newest_ns:
                 m.event_age.set(time.time() - pipeline.newest_ns / 1e9)
 

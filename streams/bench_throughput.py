@@ -174,11 +174,12 @@ class Workers:
                     "COMMWATCH_KAFKA_PARTITIONS": str(settings.kafka_partitions),
                     "COMMWATCH_METRICS_PORT": "0", "COMMWATCH_LOG_LEVEL": "WARNING"})
         for i in range(count):
-            log = logdir / f"worker{i}.log"
+            # one log per run: a log reused across runs would hold an earlier run's metrics address
+            log = logdir / f"worker{i}-{settings.topic_prefix}.log"
             data = logdir / f"w{i}-{settings.topic_prefix}"
             data.mkdir(parents=True, exist_ok=True)
             env["COMMWATCH_DATA_DIR"] = str(data)
-            with open(log, "ab") as out:
+            with open(log, "wb") as out:
                 self.procs.append(subprocess.Popen([sys.executable, "-m", "commwatch.cli", "worker"], env=env,
                                                    stdout=out, stderr=subprocess.STDOUT))
             self.logs.append(log)

@@ -2,7 +2,12 @@
 
 Start as many as the input topics have partitions; they share the work through the
 consumer group. Metrics are served on `COMMWATCH_METRICS_HOST:COMMWATCH_METRICS_PORT`
-(`--set metrics_port=0` picks a free port). SIGTERM or Ctrl-C stops it cleanly.
+(`--set metrics_port=0` picks a free port), with `/livez` and `/readyz` beside them
+(`streams/liveness.py`). SIGTERM or Ctrl-C stops it cleanly.
+
+A broker that restarts empty (the embedded one keeps everything in memory) is survived
+without a restart: every few seconds the worker checks that its topics exist and
+re-creates those that are gone, and its consumer re-joins the group by itself.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from commwatch import discovery
 from commwatch.kafka import ensure_topics
 from commwatch.metrics import StreamMetrics, serve
 from commwatch.settings import Settings
+from commwatch.streams.liveness import Liveness, TopicKeeper
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +39,17 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
     ensure_topics(settings, settings.kafka_bootstrap, stream_topics(settings))
     metrics = StreamMetrics()
+    liveness = Liveness(settings.liveness_stall_s, name="worker")
+    keeper = TopicKeeper(lambda: ensure_topics(settings, settings.kafka_bootstrap, stream_topics(settings)))
     if not args.no_metrics:
-        _server, port = serve(metrics.registry, settings.metrics_host, settings.metrics_port)
-        print(f"commwatch worker: metrics on http://{settings.metrics_host}:{port}/metrics", flush=True)
+        _server, port = serve(metrics.registry, settings.metrics_host, settings.metrics_port, liveness.routes())
+        print(f"commwatch worker: metrics on http://{settings.metrics_host}:{port}/metrics "
+              f"(liveness /livez, readiness /readyz)", flush=True)
     ledger = AlertLedger()
     known = ledger.load(settings, settings.kafka_bootstrap)
     log.info("alert ledger: %d events read, %d incidents open", known, ledger.open_count())
     pipeline = Pipeline(settings, metrics, ledger)
-    app = create_app(settings, pipeline)
+    app = create_app(settings, pipeline, liveness, keeper)
     worker = faust.Worker(app, loglevel=settings.log_level, quiet=True, redirect_stdouts=False)
     worker.spinner = None
     metrics.up.set(1)

@@ -90,10 +90,14 @@ class Batcher:
         slot += rank
         nd = lay.node_of_rank[rank]
         rows = words(len(rank))
-        w0 = take(c.op).astype(U64)
+        op = take(c.op)
+        w0 = op.astype(U64)
         w0 <<= U64(8)
         if completed:
             w0 |= U64(wire.FLAG_COMPLETED << 16)
+        # a send is posted without blocking (the model computes on while it waits for its
+        # receiver): its entry is an enqueue, its duration no wait (wire spec, ENQUEUED)
+        w0 |= np.where(op == wire.OP_SEND, U64(wire.FLAG_ENQUEUED << 16), U64(0))
         np.bitwise_or(w0, self.rank_word[slot], out=rows[0])
         rows[1] = self.comm_word[slot]
         rows[2] = take(c.seq)

@@ -22,6 +22,7 @@ from commwatch.sinks.clickhouse.endpoint import QueryEndpoint
 from commwatch.sinks.clickhouse.schema import migrate
 from commwatch.sinks.clickhouse.sink import Sink
 from commwatch.sinks.clickhouse.writer import ClickHouseWriter
+from commwatch.streams.liveness import Liveness
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +35,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     settings = discovery.with_kafka(settings, "commwatch sink")
     metrics = SinkMetrics()
+    liveness = Liveness(settings.liveness_stall_s, name="sink")
     if not args.no_metrics:  # before the migrations, so a probe sees the process alive while they wait
-        _server, port = serve(metrics.registry, settings.metrics_host, settings.metrics_port)
+        _server, port = serve(metrics.registry, settings.metrics_host, settings.metrics_port, liveness.routes())
         print(f"commwatch sink: metrics on http://{settings.metrics_host}:{port}/metrics", flush=True)
     client = clickhouse_client(settings, own=True)
     migrate(client, settings)
     sink = Sink(settings, ClickHouseWriter(client, settings.clickhouse_database), group=args.group,
-                metrics=metrics)
+                metrics=metrics, liveness=liveness)
     signal.signal(signal.SIGTERM, lambda *_: sink.stop())
     signal.signal(signal.SIGINT, lambda *_: sink.stop())
     endpoint = db_path = None

@@ -27,6 +27,7 @@ import threading
 from collections import defaultdict
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaError, TopicPartition
 
@@ -59,7 +60,7 @@ class Sink:
     `stats` and `metrics` count what happened."""
 
     def __init__(self, settings: Settings, target: InsertTarget, group: str = "commwatch-sink",
-                 bootstrap: str | None = None, metrics: SinkMetrics | None = None):
+                 bootstrap: str | None = None, metrics: SinkMetrics | None = None, liveness: Any = None):
         bootstrap = bootstrap or settings.kafka_bootstrap
         if not bootstrap:
             raise SettingsError("COMMWATCH_KAFKA_BOOTSTRAP: `commwatch sink` needs a broker "
@@ -70,6 +71,7 @@ class Sink:
         self.group = group
         self.stats = SinkStats()
         self.metrics = metrics if metrics is not None else SinkMetrics()
+        self.liveness = liveness  # `streams.liveness.Liveness`, fed each time the poll loop goes round
         self.offsets_ns: dict[str, dict[int, int]] = defaultdict(dict)
         self.batch = self._new_batch()
         self.sealed: list[SinkBatch] = []
@@ -102,6 +104,8 @@ class Sink:
         self.consumer.subscribe(names, on_revoke=self._on_revoke)
         try:
             while not self._stop.is_set() and (max_flushes is None or self.stats.flushes < max_flushes):
+                if self.liveness is not None:
+                    self.liveness.polled(self.consumer)
                 for m in self.consumer.consume(num_messages=1000, timeout=0.05):
                     self._take(m)
                     if self.batch.n_rows >= self.settings.sink_flush_rows and self._due():

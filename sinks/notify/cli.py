@@ -2,8 +2,11 @@
 
 Destinations come from settings (COMMWATCH_NOTIFY_WEBHOOK_URL, _SLACK_URL, _FEISHU_URL,
 _ALERTMANAGER_URL); routing from NOTIFY_MIN_SEVERITY, NOTIFY_KINDS, NOTIFY_GROUP_S and
-NOTIFY_REPEAT_P0_S. Offsets are committed only when no event waits in a grouping window:
-a crash re-delivers (at least once) rather than loses.
+NOTIFY_REPEAT_P0_S. Offsets are committed only when no event waits in a grouping window
+and every notification handed over was delivered: a crash re-delivers (at least once)
+rather than loses. At start the notifier re-reads the alerts topic up to the group's
+committed offsets to learn what it had already notified, so a restart neither repeats
+those notifications nor stops refreshing the incidents still open in Alertmanager.
 Metrics (`NotifyMetrics`) are served on `COMMWATCH_METRICS_HOST:COMMWATCH_METRICS_PORT`
 (`--set metrics_port=0` picks a free port, `--no-metrics` serves none).
 """
@@ -17,7 +20,7 @@ import sys
 import threading
 import time
 
-from confluent_kafka import KafkaError
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
 from commwatch import discovery, kafka, topics
 from commwatch.capture import Message
@@ -28,6 +31,7 @@ from commwatch.settings import Settings, SettingsError
 from commwatch.sinks.notify.delivery import Dispatcher
 from commwatch.sinks.notify.destinations import from_settings
 from commwatch.sinks.notify.routing import Router
+from commwatch.streams.liveness import Liveness
 from commwatch.wire import WireError
 
 log = logging.getLogger(__name__)
@@ -39,7 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def serve(settings: Settings, stop: threading.Event, group: str = "commwatch-notify",
-          dispatcher: Dispatcher | None = None, metrics: NotifyMetrics | None = None) -> Router:
+          dispatcher: Dispatcher | None = None, metrics: NotifyMetrics | None = None,
+          liveness: Liveness | None = None) -> Router:
     """Run until `stop` is set; returns the router (its counters) at exit. Everything is
     counted in `dispatcher.metrics` (built on `metrics` when no dispatcher is given)."""
     if not settings.kafka_bootstrap:
@@ -51,11 +56,16 @@ def serve(settings: Settings, stop: threading.Event, group: str = "commwatch-not
     dispatcher = dispatcher or Dispatcher(destinations, metrics=metrics)
     metrics = dispatcher.metrics
     router = Router.from_settings(settings)
+    known = rebuild(settings, group, router, time.monotonic())
+    log.info("notifier state rebuilt: %d incident events already notified, %d incidents open", known,
+             sum(1 for t in router.tracked.values() if not t.state[0]))
     consumer = kafka.consumer(settings, settings.kafka_bootstrap, group)
     consumer.subscribe([settings.topics.alerts])
     dirty = False
     try:
         while not stop.is_set():
+            if liveness is not None:
+                liveness.polled(consumer)
             got = consumer.consume(num_messages=500, timeout=0.1)
             now = time.monotonic()
             for m in got:
@@ -76,8 +86,11 @@ def serve(settings: Settings, stop: threading.Event, group: str = "commwatch-not
             for n in router.due(now):
                 dispatcher.send(n)
             dirty = dirty or bool(got)
-            if dirty and not router.pending:  # nothing held in a grouping window: safe to commit
-                consumer.commit(asynchronous=True)
+            # safe to commit once nothing waits in a grouping window and every notification
+            # handed to the couriers was delivered (or given up): a crash then re-delivers
+            # the events after the commit, and loses none
+            if dirty and not router.pending and dispatcher.idle():
+                consumer.commit(asynchronous=False)
                 dirty = False
     finally:
         for n in router.due(float("inf"), repeats=False):
@@ -88,6 +101,47 @@ def serve(settings: Settings, stop: threading.Event, group: str = "commwatch-not
     return router
 
 
+def rebuild(settings: Settings, group: str, router: Router, now: float, timeout_s: float = 30.0) -> int:
+    """Teach `router` every incident event the group had committed (notified before a
+    restart), so that open incidents keep being refreshed and nothing is sent twice; returns
+    the events read."""
+    topic = settings.topics.alerts
+    reader = kafka.consumer(settings, settings.kafka_bootstrap, group, **{"enable.partition.eof": True})
+    try:
+        meta = reader.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        if meta is None or meta.error is not None:
+            return 0
+        committed = reader.committed([TopicPartition(topic, p) for p in meta.partitions], timeout=timeout_s)
+        ends = {tp.partition: tp.offset for tp in committed if tp.offset > 0}
+        if not ends:
+            return 0
+        reader.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+        count, deadline = 0, time.monotonic() + timeout_s
+        while ends and time.monotonic() < deadline:
+            for m in reader.consume(num_messages=500, timeout=0.5):
+                p = m.partition()
+                if p not in ends:
+                    continue
+                if m.error() is not None:
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        del ends[p]
+                    continue
+                if m.offset() >= ends[p]:
+                    del ends[p]
+                    continue
+                key = m.key().decode("utf-8", "replace") if m.key() else None
+                try:
+                    router.remember(decode_message(Message(topics.ALERTS, key, 0, m.value() or b"")), now)
+                    count += 1
+                except WireError:
+                    pass
+        if ends:
+            log.warning("notifier state: partitions %s not read to their committed offsets", sorted(ends))
+        return count
+    finally:
+        reader.close()
+
+
 def run(args: argparse.Namespace, settings: Settings) -> int:
     settings = discovery.with_kafka(settings, "commwatch notify")
     stop = threading.Event()
@@ -96,8 +150,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     names = ", ".join(d.name for d in from_settings(settings)) or "none"
     print(f"commwatch notify: delivering {settings.topics.alerts} to {names}", file=sys.stderr)
     metrics = NotifyMetrics()
+    liveness = Liveness(settings.liveness_stall_s, name="notify")
     if not args.no_metrics:
-        _server, port = serve_metrics(metrics.registry, settings.metrics_host, settings.metrics_port)
+        _server, port = serve_metrics(metrics.registry, settings.metrics_host, settings.metrics_port,
+                                      liveness.routes())
         print(f"commwatch notify: metrics on http://{settings.metrics_host}:{port}/metrics", file=sys.stderr)
-    serve(settings, stop, args.group, metrics=metrics)
+    serve(settings, stop, args.group, metrics=metrics, liveness=liveness)
     return 0

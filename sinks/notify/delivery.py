@@ -31,9 +31,9 @@ class DeliveryStats:
     dropped: int = 0
 
 
-def post_json(url: str, body: object, timeout_s: float) -> int:
+def post_json(url: str, body: object, timeout_s: float, headers: tuple[tuple[str, str], ...] = ()) -> int:
     req = urllib.request.Request(url, data=json.dumps(body).encode("utf-8"), method="POST",
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json", **dict(headers)})
     with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # raises HTTPError on 4xx/5xx
         return resp.status
 
@@ -79,7 +79,7 @@ class Courier:
         delay = self.backoff_s
         for attempt in range(1, self.attempts + 1):
             try:
-                post_json(self.dest.url, body, self.timeout_s)
+                post_json(self.dest.url, body, self.timeout_s, self.dest.headers)
                 self.stats.sent += 1
                 self._sent.inc()
                 return
@@ -105,7 +105,12 @@ class Dispatcher:
 
     def send(self, n: Notification) -> None:
         for c in self.couriers:
-            c.submit(n)
+            if c.dest.refresh or not n.refresh:
+                c.submit(n)
+
+    def idle(self) -> bool:
+        """Every notification handed over so far was delivered or given up."""
+        return all(c.queue.unfinished_tasks == 0 for c in self.couriers)
 
     def drain(self, timeout_s: float = 10.0) -> None:
         """Wait until every queued notification was delivered or given up."""

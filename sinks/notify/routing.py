@@ -6,6 +6,9 @@
 - Storms are grouped: the first event of a job opens a window of `notify_group_s`; every
   event of that job inside it goes out in the same notification.
 - An open P0 is notified again every `notify_repeat_p0_s` until it resolves.
+- With `refresh_s` (Alertmanager configured), every open incident is re-sent every
+  `refresh_s` as a `refresh` notification, delivered only to destinations that forget an
+  alert that is not re-sent (Alertmanager).
 
 >>> r = Router(min_severity="P1", kinds=(), group_s=0.0, repeat_p0_s=60.0)
 >>> r.offer({"job": "j", "incident": "i", "kind": "hang", "severity": "P0", "status": "open",
@@ -30,7 +33,8 @@ FORGET_RESOLVED_S = 3600.0
 @dataclass
 class Notification:
     job: str
-    events: list[dict]  # incident dicts with an added "event": open | update | resolved | repeat
+    events: list[dict]  # incident dicts with an added "event": open | update | resolved | repeat | refresh
+    refresh: bool = False  # a periodic re-send of open incidents, for destinations that need it
 
 
 @dataclass
@@ -46,15 +50,18 @@ class Router:
     kinds: tuple[str, ...] = ()
     group_s: float = 5.0
     repeat_p0_s: float = 300.0
+    refresh_s: float = 0.0  # > 0: every open incident is re-sent this often (event "refresh")
     tracked: dict[str, _Tracked] = field(default_factory=dict)
     pending: dict[str, dict[str, dict]] = field(default_factory=dict)  # job -> incident id -> event
     window_end: dict[str, float] = field(default_factory=dict)
     dropped: int = 0
+    next_refresh: float = 0.0
 
     @classmethod
     def from_settings(cls, s: Settings) -> "Router":
         kinds = tuple(k.strip() for k in s.notify_kinds.split(",") if k.strip())
-        return cls(s.notify_min_severity, kinds, s.notify_group_s, s.notify_repeat_p0_s)
+        refresh = s.notify_alertmanager_resend_s if s.notify_alertmanager_url else 0.0
+        return cls(s.notify_min_severity, kinds, s.notify_group_s, s.notify_repeat_p0_s, refresh)
 
     def wanted(self, inc: dict) -> bool:
         if SEVERITY_RANK.get(inc["severity"], 9) > SEVERITY_RANK[self.min_severity]:
@@ -89,6 +96,12 @@ class Router:
         self.window_end.setdefault(job, now + self.group_s)
         return True
 
+    def remember(self, inc: dict, now: float) -> None:
+        """Take an incident event as already notified (the state a restarted notifier rebuilds
+        from what it had committed): nothing is sent for it, later changes are."""
+        if self.wanted(inc):
+            self.tracked[inc["incident"]] = _Tracked(self._state(inc), now, inc)
+
     def due(self, now: float, repeats: bool = True) -> list[Notification]:
         """Notifications whose grouping window has closed, and (unless not `repeats`) P0 repeats."""
         out = []
@@ -105,4 +118,11 @@ class Router:
                 t.last_sent = now
                 again.setdefault(t.incident["job"], []).append(dict(t.incident, event="repeat"))
         out += [Notification(job, events) for job, events in again.items()]
+        if repeats and self.refresh_s > 0 and now >= self.next_refresh:
+            self.next_refresh = now + self.refresh_s
+            still: dict[str, list[dict]] = {}
+            for t in self.tracked.values():
+                if not t.state[0]:
+                    still.setdefault(t.incident["job"], []).append(dict(t.incident, event="refresh"))
+            out += [Notification(job, events, refresh=True) for job, events in still.items()]
         return out

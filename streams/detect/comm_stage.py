@@ -16,7 +16,7 @@ Reports (JSON-able dicts, each with "type", "job", "ts_ns" = the job's event tim
   `gap_p99_ns` (the comm's cadence: how long its members normally go without progress),
   `last_ns` (when any member last made progress), `seen_ns` (the event time of the newest
   message about the comm: heartbeats come every period, so older means its input is
-  behind), `active` (it carried a call),
+  behind), `active` (it carried a call), `done` (a call of it ever completed),
   `quiet` ([[rank, since_ns]]: members without progress for `QUIET_NS` or more),
   `stuck` ([[rank, completed, since_ns]]: members whose completion counter stopped while
   their peers completed later instances: a stuck completion path), `exited`, `left`.
@@ -239,6 +239,7 @@ class CommStage:
             "members": ranks.tolist(), "nodes": st.nodes(), "size": int(st.size), "unknown": st.unknown(),
             "d": int(st.d_max), "s": int(st.started.max()) if st.n else -1, "p2p_only": st.p2p_only,
             "active": bool((st.n and int(st.started.max()) >= 0) or st.p2p),
+            "done": bool(st.d_max >= 0 or any(c[1] >= 0 for c in st.p2p.values())),
             "gap_p99_ns": int(p99), "last_ns": int(st.adv_ns.max()) if st.n else 0, "seen_ns": int(st.last_seen_ns),
             "quiet": [[int(ranks[i]), int(since[i])] for i in quiet.tolist()],
             "stuck": [[int(ranks[i]), int(st.completed[i]), int(st.done_adv_ns[i])] for i in stuck.tolist()],

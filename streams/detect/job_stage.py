@@ -295,7 +295,11 @@ class JobStage:
         if js.node_seen and not reporting:
             return  # nobody reports any more: the job ended or the pipeline lost it, not a hang
         stale = self._stale(js, now_ns)
-        current = {c: w for c, w in js.waits.items() if c not in stale}
+        # a comm that never completed a call has no cadence yet: its first wait may be a long
+        # first iteration (compilation, calls enqueued far ahead of the compute): warm-up
+        warm = self.settings.hang_warmup_s * 1e9
+        current = {c: w for c, w in js.waits.items() if c not in stale and (
+            js.comms.get(c, {}).get("done", True) or all(now_ns - i["since_ns"] >= warm for i in w["instances"]))}
         thr = js.threshold_ns
         exited = self._exited(js)
         stuck = self._stuck(js, now_ns)

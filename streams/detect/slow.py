@@ -31,6 +31,7 @@ their iteration phases (`steps.py`) still can.
 
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -45,7 +46,10 @@ IMBALANCE = 0.2  # a stage computing this much more than the others ...
 IMBALANCE_EVALS = 10  # ... in most of its first evaluations, and this many, is an advisory
 HORIZON_NS = 10_000_000_000  # compute shares (advisory) are summed over this much of the latest windows
 HORIZON_WINDOWS = 32
-ECHO_SHARE = 0.25  # a slowdown under this share of the largest one in the job is its echo
+OUTLIER = 3.0  # a class of gaps this many times a rank's typical one spans an iteration's end
+MIN_CLASS_COUNT = 4  # a class of pipeline intervals is compared once it holds this many (early passes vary)
+EXACT_OTHERS = 8  # groups up to this size compare a member with the median of the others exactly
+ECHO_SHARE = 1 / 3  # a slowdown under this share of the largest one in the job is its echo
 LINK_FACTOR = 1.5
 LINK_MIN_MS = 1.0
 LINK_GRACE = 3
@@ -71,37 +75,26 @@ class CommTiming:
     base_xfer: float = -1.0
     link_streak: int = 0
 
-    def class_busy(self, latest: bool = False) -> dict[int, dict[int, tuple[float, int]]]:
-        """Pipelines: per rank, per class of compute interval, (median over the kept windows of
-        the window's shortest, count)."""
+    def class_busy(self, latest: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Pipelines: per class and rank (arrays `P2P_CLASSES` x ranks), the median over the
+        kept windows of each window's shortest interval (nan: none) and the count."""
         wins = [self.classes[-1]] if latest and self.classes else list(self.classes)
-        acc: dict[int, dict[int, list]] = {}
-        for lows, counts in wins:
-            for c, (row, crow) in enumerate(zip(lows, counts)):
-                for r, v, k in zip(self.ranks, row, crow):
-                    if v is not None and k:
-                        a = acc.setdefault(r, {}).setdefault(c, [[], 0])
-                        a[0].append(v)
-                        a[1] += k
-        return {r: {c: (float(np.median(v)), k) for c, (v, k) in cl.items()} for r, cl in acc.items()}
+        lows = np.array([[[np.nan if v is None else v for v in row] for row in w[0]] for w in wins], float)
+        counts = np.array([w[1] for w in wins], float)
+        return _nanmedian(lows, 0), counts.sum(axis=0)
 
-    def busy_of(self, latest: bool = False) -> dict[int, float]:
-        """Per rank, its mean compute gap (ms) over the kept windows (or the newest alone)."""
-        hist = self.busy
-        wins = [hist[-1]] if latest and hist else list(hist)
-        tot: dict[int, list[float]] = {}
-        for _, sums, counts, _ in wins:
-            for r, v, k in zip(self.ranks, sums, counts):
-                if v is not None and k:
-                    acc = tot.setdefault(r, [0.0, 0])
-                    acc[0] += v
-                    acc[1] += k
-        return {r: v / k for r, (v, k) in tot.items() if k and v > 0}
+    def busy_of(self, latest: bool = False) -> np.ndarray:
+        """Per rank (aligned with `ranks`), its mean compute gap (ms) over the kept windows (or
+        the newest alone); nan where it has none."""
+        wins = [self.busy[-1]] if latest and self.busy else list(self.busy)
+        sums = np.array([[np.nan if v is None else v for v in w[1]] for w in wins], float)
+        counts = np.array([w[2] for w in wins], float)
+        tot, cnt = np.nansum(sums, axis=0), np.where(np.isnan(sums), 0, counts).sum(axis=0)
+        with np.errstate(all="ignore"):
+            return np.where((cnt > 0) & (tot > 0), tot / cnt, np.nan)
 
-    def share_of(self) -> dict[int, float]:
-        if not self.busy:
-            return {}
-        return dict(zip(self.ranks, self.busy[-1][3]))
+    def share_of(self) -> np.ndarray:
+        return np.asarray(self.busy[-1][3], float) if self.busy else np.zeros(len(self.ranks))
 
 
 def dominant(found: dict[int, dict], keep: set[int] = frozenset()) -> dict[int, dict]:
@@ -116,6 +109,30 @@ def dominant(found: dict[int, dict], keep: set[int] = frozenset()) -> dict[int, 
 
 def _median(xs: list[float]) -> float:
     return float(np.median(xs)) if xs else 0.0
+
+
+def _nanmedian(a: np.ndarray, axis: int) -> np.ndarray:
+    """`np.nanmedian` along `axis` (nan where nothing is valid), without masked arrays."""
+    srt = np.sort(a, axis=axis)  # nans last
+    k = np.isfinite(a).sum(axis=axis, keepdims=True)
+    lo = np.take_along_axis(srt, np.maximum((k - 1) // 2, 0), axis=axis)
+    hi = np.take_along_axis(srt, np.maximum(k // 2, 0) - (k == 0), axis=axis)
+    return np.squeeze(np.where(k > 0, (lo + hi) / 2, np.nan), axis=axis)
+
+
+def _others_median(a: np.ndarray) -> np.ndarray:
+    """For each row of `a` (members x columns), the median of the other rows, per column,
+    ignoring nan (nan where none). Exact for small groups; for larger ones, where one member
+    moves the median by little, the median of all."""
+    n = a.shape[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if n > EXACT_OTHERS:
+            return np.broadcast_to(_nanmedian(a, 0), a.shape).copy()
+        if n < 2:
+            return np.full(a.shape, np.nan)
+        others = np.array([[j for j in range(n) if j != i] for i in range(n)])  # n x (n - 1)
+        return _nanmedian(a[others], 1)
 
 
 class SlowTracker:
@@ -227,50 +244,55 @@ class SlowTracker:
         classes at least half as frequent as the most frequent one)."""
         cur = {c: ct for c, ct in self.comms.items() if ct.timed and ct.busy and c not in stale
                and self._fresh(ct, now_ns)}
-        share = {c: ct.share_of() for c, ct in cur.items()}
         out: dict[str, dict[int, tuple]] = {c: {} for c in cur}
-        sib: dict[tuple[int, int], list[tuple[str, int]]] = {}  # pipelines: (size, stage) -> (comm, rank)
-        cls = {}
+        # pipelines: every member of every current P2P comm, grouped by (comm size, stage)
+        rows: list[tuple[str, int, int, tuple]] = []
+        lows, counts, shares = [], [], []
         for c, ct in cur.items():
             if ct.p2p and ct.crank:
-                cls[c] = ct.class_busy(latest)
-                for r, cr in zip(ct.ranks, ct.crank):
-                    sib.setdefault((len(ct.ranks), cr), []).append((c, r))
+                lo, cn = ct.class_busy(latest)
+                sh = ct.share_of()
+                for i, r in enumerate(ct.ranks):
+                    if i < len(ct.crank) and ct.crank[i] >= 0:
+                        rows.append((c, r, i, (len(ct.ranks), ct.crank[i])))
+                        lows.append(lo[:, i])
+                        counts.append(cn[:, i])
+                        shares.append(sh[i] if i < len(sh) else 0.0)
+        if rows:
+            lows_a, counts_a, shares_a = np.array(lows), np.array(counts), np.array(shares)
+            groups: dict[tuple, list[int]] = {}
+            for j, (_, _, _, key) in enumerate(rows):
+                groups.setdefault(key, []).append(j)
+            for idx in groups.values():
+                idx = np.asarray(idx)
+                lo, cn = lows_a[idx], counts_a[idx]
+                ref = _others_median(lo)  # per member and class: the same stage elsewhere
+                ps = _others_median(shares_a[idx][:, None])[:, 0]
+                top = cn.max(axis=1, keepdims=True)
+                typical = _nanmedian(np.where(cn > 0, lo, np.nan), 1)[:, None]
+                # a class of gaps far longer than the rank's typical one spans an iteration's
+                # end: it holds waits in other comms (data parallel), not compute
+                use = ((cn >= top / 2) & (cn >= MIN_CLASS_COUNT) & np.isfinite(lo) & (ref > 0)
+                       & (lo <= OUTLIER * typical))
+                with np.errstate(all="ignore"):
+                    ratio = np.where(use, lo / ref, 0.0)
+                w = np.where(use, cn, 0.0)
+                den = w.sum(axis=1)
+                for k, j in enumerate(idx.tolist()):
+                    if den[k] > 0:
+                        fine = int(np.nanargmin(np.where(use[k], lo[k], np.nan)))
+                        c, r, _, _ = rows[j]
+                        out[c][r] = (float((ratio[k] * w[k]).sum() / den[k]), float(lo[k, fine]),
+                                     float(ref[k, fine]), float(ps[k]))
         for c, ct in cur.items():
             if ct.p2p:
-                if c not in cls:
-                    continue
-                for i, r in enumerate(ct.ranks):
-                    mine = cls[c].get(r)
-                    if not mine or i >= len(ct.crank):
-                        continue
-                    peers = [(pc, pr) for pc, pr in sib.get((len(ct.ranks), ct.crank[i]), ()) if pr != r]
-                    num = den = 0.0
-                    fine, ref_fine = None, None
-                    top = max(n for _, n in mine.values())
-                    for k, (v, n) in mine.items():
-                        if n < top / 2:
-                            continue  # a rare class: a pass at an iteration's edge (warm-up, the first after the end)
-                        pv = [cls[pc][pr][k][0] for pc, pr in peers if pr in cls[pc] and k in cls[pc][pr]]
-                        ref = _median(pv)
-                        if pv and ref > 0:
-                            num += n * v / ref
-                            den += n
-                            if fine is None or v < fine:
-                                fine, ref_fine = v, ref
-                    if den:
-                        ps = _median([share[pc].get(pr, 0.0) for pc, pr in peers])
-                        out[c][r] = (num / den, fine, ref_fine, ps)
                 continue
             busy = ct.busy_of(latest)
-            for r in ct.ranks:
-                mine = busy.get(r)
-                pb = [busy[q] for q in ct.ranks if q != r and q in busy]
-                ref = _median(pb)
-                if mine is None or not pb or ref <= 0:
-                    continue
-                ps = _median([share[c].get(q, 0.0) for q in ct.ranks if q != r])
-                out[c][r] = (mine / ref, mine, ref, ps)
+            ref = _others_median(busy[:, None])[:, 0]
+            ps = _others_median(ct.share_of()[:, None])[:, 0]
+            ok = np.isfinite(busy) & np.isfinite(ref) & (ref > 0)
+            for i in np.flatnonzero(ok).tolist():
+                out[c][ct.ranks[i]] = (float(busy[i] / ref[i]), float(busy[i]), float(ref[i]), float(ps[i]))
         return out
 
     def peer_groups(self, coords: dict[int, dict], world: int) -> dict[int, list[int]]:

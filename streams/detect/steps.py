@@ -108,9 +108,13 @@ class StepTracker:
             groups: dict[int, list[int]] = {}
             for r in vals:
                 groups.setdefault(int(coords.get(r, {}).get("pp", 0)), []).append(r)
-            for members in groups.values():
-                if len(members) < 2:
-                    continue
+            expected: dict[int, int] = {}
+            for r in set(coords) | self.ranks:  # the job's ranks (topology), and any that reported
+                stage = int(coords.get(r, {}).get("pp", 0))
+                expected[stage] = expected.get(stage, 0) + 1
+            for stage, members in groups.items():
+                if len(members) < 2 or len(members) < expected.get(stage, 0):
+                    continue  # a rank of the stage has not reported this iteration: who stands out is not known
                 ratios = {}
                 for r in members:
                     ref = statistics.median(vals[q] for q in members if q != r)

@@ -31,7 +31,7 @@ OFFSET_BLEND = 0.3
 MIN_GAP_NS = 50_000  # shorter gaps between calls are not compute (back-to-back calls)
 MIN_GAPS = 1  # a member's busy figures need this many gaps in the window (stage 2 pools windows)
 OUTLIER = 3.0  # a gap over this many times the member's median holds waits, not compute
-P2P_CLASSES = 8  # P2P compute intervals: 4 kinds of previous event x 2 send directions
+P2P_CLASSES = 16  # P2P compute intervals: the kinds of the calls before and after the gap
 
 
 def _median(a: np.ndarray, axis: int) -> np.ndarray:
@@ -172,25 +172,28 @@ def p2p_reports(state: CommState, now_ns: int, width_ns: int, lag_ns: int) -> li
 
 def _p2p_busy(n: int, slot: np.ndarray, t0: np.ndarray, t1: np.ndarray, kind: np.ndarray, a: int, b: int,
               span: float) -> dict:
-    """Compute intervals of a P2P window: per member, from its previous P2P event (a recv's end
-    or a send's start) to the start of a send that starts in [a, b): the compute of a pass
-    (1F1B receives or sends, computes, sends). Kept apart by class (what came before, where the
-    send goes: `P2P_CLASSES` = 4 x 2), so the same work is compared with the same work whatever
-    mix of passes a window holds; per class its shortest in the window (an interval across an
-    iteration's end holds waits in other comms, never less). Sends overlap compute; recvs hold
-    the waits."""
-    is_recv = kind <= RECV_BWD
-    ev_slot = np.concatenate([slot[is_recv], slot[~is_recv]])
-    ev_t = np.concatenate([t1[is_recv], t0[~is_recv]])
-    ev_kind = np.concatenate([kind[is_recv], kind[~is_recv]])
-    order = np.lexsort((ev_kind > RECV_BWD, ev_t, ev_slot))  # a recv ending when a send starts comes first
-    es, et, ek = ev_slot[order], ev_t[order], ev_kind[order]
-    prev = np.zeros(len(es), bool)
-    prev[1:] = es[1:] == es[:-1]
-    sel = (ek >= SEND_FWD) & prev & (et >= a) & (et < b)
+    """Compute intervals of a P2P window: per member, the gaps between its timed P2P calls
+    (outside every one of them: their times are waits, wire spec section 1) that end in
+    [a, b): the compute of a pass (1F1B receives, computes, sends). Kept apart by class (the
+    kinds of the calls before and after the gap: `P2P_CLASSES` = 4 x 4), so the same work is
+    compared with the same work whatever mix of passes a window holds; per class its shortest
+    in the window (a gap across an iteration's end holds waits in other comms, never less)."""
+    order = np.lexsort((t0, slot))
+    es, e0, e1, ek = slot[order], t0[order], t1[order], kind[order]
+    same = np.zeros(len(es), bool)
+    same[1:] = es[1:] == es[:-1]
+    if not len(es):
+        return {"busy_cls_ms": [[None] * n] * P2P_CLASSES, "busy_cls_n": [[0] * n] * P2P_CLASSES,
+                "busy_share": [0.0] * n}
+    # the latest end among a member's calls so far (their union): time outside every call is
+    # a gap; a running max that starts afresh at each member (lifted by a step per member)
+    rel = e1 - e1.min()
+    lift = np.cumsum(~same) * (int(rel.max()) + 1)
+    ends = np.maximum.accumulate(rel + lift) - lift + e1.min()
+    sel = same & (e0 >= a) & (e0 < b)
     idx = np.flatnonzero(sel)
-    gap = (et[idx] - et[idx - 1]).astype(np.float64)
-    cls = ek[idx - 1] * 2 + (ek[idx] - SEND_FWD)
+    gap = (e0[idx] - ends[idx - 1]).astype(np.float64)
+    cls = ek[idx - 1] * 4 + ek[idx]
     ok = gap >= MIN_GAP_NS
     low = np.full(P2P_CLASSES * n, np.inf)
     np.minimum.at(low, cls[ok] * n + es[idx[ok]], gap[ok])  # per class and member, its shortest

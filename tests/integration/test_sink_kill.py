@@ -1,6 +1,12 @@
-"""`commwatch sink` killed with SIGKILL mid-stream and started again: every incident is in
-ClickHouse exactly once, with its latest status (the sink and the query run as their own
-processes: the embedded database has one owner at a time)."""
+"""Drill: `commwatch sink` killed with SIGKILL mid-stream and started again.
+
+Property: every incident is in ClickHouse exactly once (`FINAL`), with its latest status.
+The sink here runs in embedded mode (no DSN): it is the owner of the embedded ClickHouse
+directory, so this is also the drill of that owner killed and restarted: the directory
+opens again in the restarted process and nothing written before the kill is lost (the
+sink and the query run as their own processes: the embedded database has one owner at a
+time). It fails if offsets are committed before the rows are written (rows lost) or if
+rows are not replaced by incident (duplicates)."""
 
 from __future__ import annotations
 

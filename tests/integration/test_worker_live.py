@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 import re
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import time
 import urllib.request
 import uuid
 
+import hostile_inputs as hostile
 import pytest
 
 from commwatch import topics
@@ -35,6 +37,7 @@ def worker_env(s: Settings) -> dict[str, str]:
         "COMMWATCH_KAFKA_BOOTSTRAP": s.kafka_bootstrap, "COMMWATCH_TOPIC_PREFIX": s.topic_prefix,
         "COMMWATCH_DATA_DIR": s.data_dir, "COMMWATCH_KAFKA_PARTITIONS": str(s.kafka_partitions),
         "COMMWATCH_METRICS_PORT": "0", "COMMWATCH_LOG_LEVEL": "INFO",
+        "COMMWATCH_MAX_MESSAGE_BYTES": str(s.max_message_bytes),
     })
     return env
 
@@ -60,7 +63,7 @@ def live(broker, tmp_path_factory):
 
     d = tmp_path_factory.mktemp("worker")
     s = Settings.load(env={}, kafka_bootstrap=broker.bootstrap, topic_prefix="w" + uuid.uuid4().hex[:8],
-                      data_dir=str(d), kafka_partitions=2, metrics_port=0)
+                      data_dir=str(d), kafka_partitions=2, metrics_port=0, max_message_bytes=hostile.MAX_BYTES)
     ensure_topics(s, broker.bootstrap, stream_topics(s))
     proc, port = start_worker(s, d / "worker.log")
     yield s, proc, port, d / "worker.log"
@@ -169,7 +172,11 @@ def test_garbage_is_dead_lettered_and_the_stream_goes_on(live):
 
 
 def test_killed_worker_restarts_without_losing_or_repeating_incidents(broker, tmp_path):
-    """Fault drill: kill -9 mid-run, restart; the open hang is neither lost nor re-announced."""
+    """Drill: kill -9 mid-run, restart. Property: on cw.alerts.v1 the open hang is neither
+    lost (the restarted worker finds it again from the heartbeats) nor announced twice (its
+    alert ledger, read back from the alerts topic, knows it is open); no incident opens twice.
+    Without the ledger the restarted worker never logs the hang as already open and the
+    test fails."""
     from commwatch.kafka import ensure_topics
 
     s = Settings.load(env={}, kafka_bootstrap=broker.bootstrap, topic_prefix="r" + uuid.uuid4().hex[:8],
@@ -212,3 +219,37 @@ def test_killed_worker_restarts_without_losing_or_repeating_incidents(broker, tm
     finally:
         second.terminate()
         second.wait(timeout=30)
+
+
+def test_every_hostile_case_is_dead_lettered_with_its_reason_and_the_worker_goes_on(live):
+    """Each case of the hostile catalogue (and a key that is not UTF-8) reaches the
+    dead-letter topic unchanged, with the reason the decoder gives; the worker stays up and
+    still finds a later hang."""
+    s, proc, port, _log = live
+    odd_key = b"\xff\xfe/00000000000000ab"
+    sender = Sender(s, s.kafka_bootstrap)
+    for case in hostile.CASES:
+        assert sender.send(s.topics.name(case.topic), case.key, case.value, timestamp_ms=case.ts_ms)
+    assert sender.send(s.topics.calls, odd_key, hostile.batch())
+    assert sender.flush(15) == 0
+    mine = {c.key.encode() if c.key is not None else None for c in hostile.CASES} | {odd_key}
+    want = Counter((s.topics.name(c.topic), c.reason) for c in hostile.CASES) + Counter({(s.topics.calls, "bad_key"): 1})
+    got: Counter = Counter()
+    sent = {(s.topics.name(c.topic), c.value) for c in hostile.CASES} | {(s.topics.calls, hostile.batch())}
+
+    def collect(msg) -> bool:
+        if msg.key() in mine:
+            headers = dict(msg.headers())
+            source = headers["cw-source-topic"].decode()
+            assert (source, msg.value() or b"") in sent  # unchanged, byte for byte
+            got[(source, parse_error(headers[topics.ERROR_HEADER])[0])] += 1
+        return got == want
+
+    wait_for(s, topics.DEADLETTER, collect, timeout_s=90)
+    assert proc.poll() is None
+    send_job(s, "jafterhostile", DEFAULT_START_NS + 400 * 10**9, "hang:rank=4,at=8s")
+    wait_for(s, topics.ALERTS, is_hang_of("jafterhostile", 4))
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    counted = sum(float(v) for v in re.findall(r'^commwatch_stream_deadletter_total\{[^}]*\} (\S+)$', body, re.M))
+    assert counted >= len(hostile.CASES) + 1, body
+    assert proc.poll() is None

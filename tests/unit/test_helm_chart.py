@@ -182,14 +182,19 @@ def test_labels_and_selectors_match(values_file):
 
 
 @pytest.mark.parametrize("component", ["worker", "sink", "notify"])
-def test_probes_use_the_metrics_port(component):
+def test_probes_ask_the_loop_on_the_metrics_port(component):
     docs = rendered(None)
     container = pod_spec(one(docs, "Deployment", "-" + component))["containers"][0]
     assert container["args"] == [component]
-    assert one(docs, "Service", "-" + component)["spec"]["ports"][0]["targetPort"] == "metrics"
+    service = one(docs, "Service", "-" + component)["spec"]
+    assert service["ports"][0]["targetPort"] == "metrics"
+    assert service["publishNotReadyAddresses"] is True  # a worker behind is still scraped
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"metrics": 9464}
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert container[probe]["httpGet"] == {"path": "/metrics", "port": "metrics"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "metrics"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    # the process fails /livez after liveness_stall_s: the probe waits at least that long
+    live = container["livenessProbe"]
+    assert live["periodSeconds"] * live["failureThreshold"] >= 30
     cm = one(docs, "ConfigMap", RELEASE + "-commwatch")["data"]
     assert cm["COMMWATCH_METRICS_HOST"] == "0.0.0.0"
 
@@ -294,7 +299,7 @@ def test_agents_only():
 # --- settings and credentials --------------------------------------------------------------
 
 SENTINELS = ("kafka-sasl-s3cret", "kafka-key-s3cret", "clickhouse-s3cret", "webhook-s3cret", "slack-s3cret",
-             "feishu-s3cret")
+             "feishu-s3cret", "webhook-header-s3cret", "alertmanager-header-s3cret")
 
 
 def test_credentials_land_in_secrets_only():

@@ -1,5 +1,6 @@
 """Hostile input to the decoders: every bad message raises WireError with a reason, and
-nothing else ever escapes (property-based over random bytes and mangled batches)."""
+nothing else ever escapes (the catalogue of `tests/hostile_inputs.py`, and property-based
+over random bytes, random JSON, mangled batches and records near every bound)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,15 @@ from commwatch import messages, topics, wire
 from commwatch.capture import CaptureLineError, Message, parse_line
 from commwatch.decode import decode_message
 from commwatch.wire import WireError
+from hostile_inputs import CALLS_KEY as KEY_AB, CASES, HW, JOB, MAX_BYTES, PROGRESS, STEPS, TOPOLOGY, batch, js
 
 ALL_TOPICS = [topics.CALLS, topics.PROGRESS, topics.TOPOLOGY, topics.STEPS, topics.HW, topics.ALERTS]
 KEY = "j1/00000000000000ab"
 
 
-def _decode(topic: str, key: str | None, value: bytes):
+def _decode(topic: str, key: str | None, value: bytes, max_bytes: int = 1 << 20, ts_ns: int = 0):
     try:
-        return decode_message(Message(topic, key, 0, value), max_bytes=1 << 20)
+        return decode_message(Message(topic, key, ts_ns, value), max_bytes=max_bytes)
     except WireError as exc:
         assert exc.reason and exc.detail
         return exc
@@ -57,28 +59,83 @@ def test_mangled_batches_never_crash(n, kinds, ops, cut, count):
             assert np.isin(out.records["kind"], (1, 2, 3)).all()
 
 
-@pytest.mark.parametrize(
-    "topic,value,reason",
-    [
-        (topics.CALLS, b"\x00" * 7, "truncated"),
-        (topics.CALLS, b"CWB2" + b"\x00" * 12, "bad_magic"),
-        (topics.STEPS, b'"just a string"', "not_object"),
-        (topics.STEPS, b"[]", "not_object"),
-        (topics.HW, b'{"v":1,"job":"j1","node":"n","ts_ns":1,"temp_c":Infinity}', "bad_number"),
-        (topics.HW, b'{"v":1,"job":"j1","node":"n","ts_ns":99999999999999999999}', "bad_time"),
-        (topics.STEPS, b'{"v":1,"job":"j1","rank":"0","iteration":1,"t_start_ns":1,"t_end_ns":2}', "bad_field"),
-        (topics.TOPOLOGY, b'{"v":1,"job":"j1","ts_ns":1,"rank":-1,"world_size":4,"node":"n"}', "bad_field"),
-        (topics.STEPS, b"{" * 100000, "bad_json"),
-    ],
-)
-def test_each_hostile_case_has_a_reason(topic, value, reason):
-    out = _decode(topic, KEY if topic == topics.CALLS else "j1", value)
-    assert isinstance(out, WireError) and out.reason == reason
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_each_hostile_case_is_refused_with_its_reason(case):
+    out = _decode(case.topic, case.key, case.value, max_bytes=MAX_BYTES, ts_ns=(case.ts_ms or 0) * 1_000_000)
+    assert isinstance(out, WireError), f"{case.name}: accepted"
+    assert out.reason == case.reason, f"{case.name}: {out}"
+    assert len(str(out)) < 400  # an error names the field; it never carries the payload
 
 
-def test_oversized_is_rejected_before_parsing():
-    out = _decode(topics.STEPS, "j1", b" " * (2 << 20))
-    assert isinstance(out, WireError) and out.reason == "oversized"
+def test_the_catalogue_is_large_and_covers_every_record_field():
+    assert len(CASES) >= 40
+    details = " ".join(str(_decode(c.topic, c.key, c.value, max_bytes=MAX_BYTES)) for c in CASES if not c.ts_ms)
+    for field in wire.RECORD_DTYPE.names:
+        if field not in ("flags",):  # flags: unknown bits are ignored by contract
+            assert f": {field} = " in details, f"no hostile case for record field {field}"
+
+
+def test_an_absurd_record_is_named_by_index_and_field():
+    out = _decode(topics.CALLS, KEY_AB, batch(50, at=37, comm_rank=10**9), max_bytes=MAX_BYTES)
+    assert isinstance(out, WireError)
+    assert out.reason == "bad_comm_rank" and "record 37: comm_rank = 1000000000 (nranks 4)" in out.detail
+
+
+def test_the_good_messages_of_the_catalogue_decode():
+    """The bases the cases are made from are valid: each case is refused for its one change."""
+    for topic, key, value in ((topics.CALLS, KEY_AB, batch(50)), (topics.STEPS, JOB, js(STEPS)),
+                              (topics.HW, JOB, js(HW)), (topics.TOPOLOGY, JOB, js(TOPOLOGY)),
+                              (topics.PROGRESS, KEY_AB, js(PROGRESS))):
+        assert not isinstance(_decode(topic, key, value, max_bytes=MAX_BYTES), WireError), topic
+
+
+edge = lambda *xs: st.sampled_from(xs)  # noqa: E731
+near_edges = st.fixed_dictionaries({
+    "kind": edge(0, 1, 1, 2, 3, 4, 255),
+    "op": edge(0, 0, 1, wire.OP_MAX, wire.OP_MAX + 1, 255),
+    "flags": edge(0, 1, 2, 3, 8, 0xFFFF),
+    "rank": edge(-2**31, -2, -1, 0, 5, wire.MAX_RANKS - 1, wire.MAX_RANKS, 2**31 - 1),
+    "comm": edge(0xAB, 0xAB, 0xAB ^ (1 << 63), 0),
+    "seq": edge(0, 1, wire.MAX_SEQ - 1, wire.MAX_SEQ, 2**63, 2**64 - 1),
+    "t_start_ns": edge(-2**63, -1, 0, 10**18, wire.MAX_TS_NS - 1, wire.MAX_TS_NS, 2**63 - 1),
+    "t_end_ns": edge(-1, 0, 10**18 - 1, 10**18, 10**18 + 1, wire.MAX_TS_NS - 1, wire.MAX_TS_NS),
+    "bytes": edge(0, wire.MAX_BYTES - 1, wire.MAX_BYTES, 2**64 - 1),
+    "comm_rank": edge(-2**31, -1, 0, 3, 4, 7, 8, wire.MAX_RANKS, 2**31 - 1),
+    "peer": edge(-2**31, -2, -1, 0, 3, 4, 7, 8, 2**31 - 1),
+    "nranks": edge(0, 1, 4, 8, wire.MAX_RANKS, wire.MAX_RANKS + 1, 2**32 - 1),
+    "aux": edge(0, 1, 4, 8, 9, 2**32 - 1),
+})
+
+
+@hsettings(max_examples=400, deadline=None)
+@given(rows=st.lists(near_edges, max_size=24), keyed=st.booleans())
+def test_the_fast_check_agrees_with_the_rule_by_rule_check(rows, keyed):
+    """`validate_records` first runs a dozen operations over the record words; a record it
+    lets through must pass every rule, and it must refuse exactly when a rule fails."""
+    recs = wire.empty(len(rows))
+    for i, row in enumerate(rows):
+        for name, value in row.items():
+            recs[name][i] = value
+    comm = 0xAB if keyed else None
+    faults = wire.record_faults(recs, comm)
+    try:
+        wire.validate_records(recs, comm)
+    except WireError as exc:
+        assert faults.any()
+        assert exc.detail.startswith(f"record {int(np.argmax(faults))}: ")
+    else:
+        assert not faults.any()
+    # many batches checked together say the same per batch as one by one
+    cut = len(rows) // 2
+    values = [wire.encode_batch(recs[:cut]), wire.encode_batch(recs[cut:])]
+    together = wire.check_batches(values, [0xAB, 0xAB])
+    for value, got in zip(values, together):
+        try:
+            alone = wire.check_batch(value, 0xAB)
+        except WireError as exc:
+            alone = exc
+        assert (got.reason, got.detail) == (alone.reason, alone.detail) if isinstance(alone, WireError) \
+            else got == alone
 
 
 @hsettings(max_examples=200, deadline=None)

@@ -73,3 +73,20 @@ def test_serve_on_a_free_loopback_port():
         assert 'commwatch_stream_messages_total{topic="cw.calls.v1"} 3.0' in body
     finally:
         server.shutdown()
+
+
+def test_detector_drops_become_a_counter_by_reason():
+    from commwatch.settings import Settings
+    from commwatch.streams.detect import Detector
+
+    m = StreamMetrics()
+    m.count_drops({"records": 3})
+    m.count_drops({"records": 3})
+    m.count_drops({"records": 10, "other": 2})
+    m.count_drops({"records": 4})  # state forgotten: the count starts again from there
+    m.count_drops({"records": 6})
+    get = m.registry.get_sample_value
+    assert get("commwatch_stream_dropped_total", {"reason": "records"}) == 12
+    assert get("commwatch_stream_dropped_total", {"reason": "other"}) == 2
+    # the detector's own counts feed it
+    m.count_drops(Detector(Settings.load(env={})).drops())

@@ -104,7 +104,7 @@ Settings that are credentials (commwatch.settings fields marked secret). They go
 Secret only; putting one under `settings` fails the render.
 */}}
 {{- define "commwatch.secretSettings" -}}
-kafka_sasl_password kafka_ssl_key_password clickhouse_password notify_webhook_url notify_slack_url notify_feishu_url
+kafka_sasl_password kafka_ssl_key_password clickhouse_password notify_webhook_url notify_slack_url notify_feishu_url notify_webhook_headers notify_alertmanager_headers
 {{- end }}
 
 {{/*
@@ -276,12 +276,12 @@ spec:
               protocol: TCP
           livenessProbe:
             httpGet:
-              path: {{ $root.Values.metrics.path }}
+              path: {{ $root.Values.metrics.livenessPath }}
               port: metrics
             {{- toYaml $v.livenessProbe | nindent 12 }}
           readinessProbe:
             httpGet:
-              path: {{ $root.Values.metrics.path }}
+              path: {{ $root.Values.metrics.readinessPath }}
               port: metrics
             {{- toYaml $v.readinessProbe | nindent 12 }}
           {{- end }}
@@ -364,6 +364,9 @@ spec:
   {{- else }}
   type: {{ $root.Values.metrics.service.type }}
   {{- end }}
+  # A worker that is behind is not ready, and that is when its metrics matter most:
+  # Prometheus scrapes the endpoints of pods that are not ready too.
+  publishNotReadyAddresses: true
   ports:
     - name: metrics
       port: {{ .port }}
