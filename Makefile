@@ -9,7 +9,7 @@ STAMP   = $(VENV)/.installed
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,hook]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[all,test,hook]'
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -72,6 +72,16 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]
     return parser, sub
 
 
+def _missing(command: str, exc: ModuleNotFoundError) -> int:
+    """A package of an extra that this install lacks (the base install is the hook's)."""
+    if (exc.name or "").split(".")[0] in ("commwatch", "torch"):
+        raise exc
+    extra = "agent" if command == "agent" else "all"
+    print(f"commwatch {command}: needs the package {exc.name!r}, which this install lacks: "
+          f"pip install 'commwatch[{extra}]'", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     global ARGV
     argv = sys.argv[1:] if argv is None else argv
@@ -82,7 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text)
         if name == chosen:
-            mod = importlib.import_module(module)
+            try:
+                mod = importlib.import_module(module)
+            except ModuleNotFoundError as exc:
+                return _missing(name, exc)
             mod.add_arguments(p)
             p.set_defaults(_run=mod.run)
     args = parser.parse_args(argv)
@@ -101,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(settings.log_level)))
     try:
         return int(args._run(args, settings) or 0)
+    except ModuleNotFoundError as exc:
+        return _missing(args.command, exc)
     except KeyboardInterrupt:
         return 130
     except SettingsError as exc:

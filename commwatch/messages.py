@@ -219,7 +219,8 @@ def validate_hw(msg: Any) -> dict:
         msg,
         "hw",
         {"v": INT, "job": STR, "node": STR, "ts_ns": INT},
-        {"rank": INT, "gpu": STR, "ib": OBJ, **{k: NUM for k in HW_NUMBERS}, **{k: INT for k in HW_INTS}},
+        {"rank": INT, "gpu": STR, "ib": OBJ, "nvml_timeout": BOOL, **{k: NUM for k in HW_NUMBERS},
+         **{k: INT for k in HW_INTS}},
     )
     _version(msg)
     _job(msg, "hw")

@@ -113,6 +113,10 @@ class Settings:
     agent_flush_s: float = _opt(0.1, minimum=0.001)
     agent_buffer_bytes: int = _opt(64 * 1024 * 1024, minimum=1024)
     hw_period_s: float = _opt(1.0, minimum=0.05)
+    agent_ring_uids: str = _opt("any", doc="uids whose rings the agent reads: 'any', or a comma list of uids "
+                                "and 'self' (files must be regular, inside ring_dir, not symlinks, either way)")
+    agent_nvml_timeout_s: float = _opt(5.0, minimum=0.1, doc="an NVML call this long is a GPU that stopped "
+                                       "answering (nvml_timeout in cw.hw.v1)")
     # --- notifications -----------------------------------------------------------------
     notify_webhook_url: str = _secret()
     notify_slack_url: str = _secret()
@@ -142,6 +146,9 @@ class Settings:
             raise SettingsError("COMMWATCH_KAFKA_SASL_MECHANISM: required with a SASL security protocol")
         if self.clickhouse_dsn and not re.match(r"^(chdb|https?|clickhouses?)://", self.clickhouse_dsn):
             raise SettingsError("COMMWATCH_CLICKHOUSE_DSN: must start with chdb://, http:// or https://")
+        if not re.fullmatch(r"\s*(any|(self|\d+)(\s*,\s*(self|\d+))*)\s*", self.agent_ring_uids):
+            raise SettingsError(f"COMMWATCH_AGENT_RING_UIDS: {self.agent_ring_uids!r} is not 'any' or a comma "
+                                "list of uids and 'self'")
         if self.topic_prefix and not re.fullmatch(r"[A-Za-z0-9._-]+", self.topic_prefix):
             raise SettingsError(f"COMMWATCH_TOPIC_PREFIX: {self.topic_prefix!r} has characters Kafka refuses")
 
@@ -188,6 +195,13 @@ class Settings:
     @property
     def topics(self) -> Topics:
         return Topics(self.topic_prefix)
+
+    def ring_uids(self, own_uid: int) -> frozenset[int] | None:
+        """The uids of `agent_ring_uids` ('self' = `own_uid`), or None for any uid."""
+        parts = [p.strip() for p in self.agent_ring_uids.split(",")]
+        if parts == ["any"]:
+            return None
+        return frozenset(own_uid if p == "self" else int(p) for p in parts)
 
     @property
     def embedded_kafka(self) -> bool:

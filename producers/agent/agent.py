@@ -3,13 +3,19 @@
 One loop, every `agent_flush_s` (0.1 s): read every ring, publish the new records as one
 `cw.calls.v1` batch per (job, communicator). Every `heartbeat_period_s`: a progress
 heartbeat per communicator from what the records showed (contract 2.2), writer liveness,
-new steps and changed placements. Every `hw_period_s`: a hardware sample. Publishing
-goes through a bounded buffer (`Outbox`), so a Kafka outage costs old data, never a stall.
+new steps and changed placements. Every `hw_period_s`: a hardware sample, from readings
+that NVML's own thread took (the loop never waits on NVML). Publishing goes through a
+bounded buffer (`Outbox`), so a Kafka outage costs old data, never a stall.
+
+A rank whose writer is gone (its ring lock is free, or it removed its files) is read to
+the end, reported with `"exited": true` in the heartbeats of every communicator it was in
+for `EXIT_BEATS` heartbeat periods, then no longer reported; its files are removed.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
@@ -30,6 +36,7 @@ from commwatch.wire import WireError
 log = logging.getLogger(__name__)
 
 TOPOLOGY_REPEAT_S = 30.0  # placements are re-sent so a restarted worker relearns them
+EXIT_BEATS = 3  # heartbeats that report a gone rank as exited before it is dropped
 SCAN_PERIOD_S = 1.0
 PHASES = ("forward_ms", "backward_ms", "optimizer_ms")
 
@@ -40,9 +47,10 @@ class Agent:
         self.settings = settings
         self.node = settings.node_name or socket.gethostname()
         self.topics = settings.topics
-        self.rings = RingDir(settings.ring_dir)
+        self.rings = RingDir(settings.ring_dir, settings.ring_uids(os.getuid()))
         self.progress = Progress()
-        self.hw = HardwareSampler(nvml, **({"ib_root": ib_root} if ib_root else {}))
+        self.hw = HardwareSampler(nvml, **({"ib_root": ib_root} if ib_root else {}), period_s=settings.hw_period_s,
+                                  timeout_s=settings.agent_nvml_timeout_s)
         self.outbox = Outbox(settings.agent_buffer_bytes, max_inflight)
         self.bootstrap = bootstrap
         self.sender = Sender(settings, bootstrap, **{
@@ -81,13 +89,19 @@ class Agent:
 
     # --- the loop's parts ---------------------------------------------------------------
     def scan(self) -> None:
-        added, removed = self.rings.scan()
-        for src in removed:  # the writer removed its files: drain what is left, then forget it
-            self._drain([src])
-            self.progress.forget(src.job, src.rank)
-            src.close()
+        added, vanished = self.rings.scan()
+        if vanished:  # the writers removed their files: read what they published last
+            self._drain(vanished)
+        now_ns = time.time_ns()
+        stale_ns = int(self.settings.state_idle_s * 1e9)
+        for src in added:  # left by a writer that died long before this agent started
+            if not src.writer_alive() and now_ns - src.calls.heartbeat_ns > stale_ns:
+                log.warning("removing %s: its writer is gone and it is older than %.0f s, not publishing it",
+                            src.calls.path, self.settings.state_idle_s)
+                self.rings.drop(src)
+        added = [s for s in added if s.key in self.rings.sources]
         if added:
-            self.topology(time.time_ns(), [s for s in added if s.meta])
+            self.topology(now_ns, [s for s in added if s.meta])
         metrics.RINGS.set(len(self.rings.sources))
 
     def _drain(self, sources: list[RankSource]) -> None:
@@ -119,18 +133,25 @@ class Agent:
         self._drain(list(self.rings.sources.values()))
 
     def heartbeat(self, now_ns: int) -> None:
+        sources = list(self.rings.sources.values())
+        for src in sources:
+            if not src.exited and not src.writer_alive():
+                self._exit(src, sources)
         for job, msg in self.progress.messages(self.node, now_ns):
             self._put_json(topics.PROGRESS, topics.comm_key(job, int(msg["comm"], 16)), msg)
         dead = dropped = 0
         changed = []
-        for src in self.rings.sources.values():
-            alive = src.writer_alive()
-            if not alive and not src.dead:
-                log.warning("job %s rank %d: writer pid %d is gone (ring %s)", src.job, src.rank, src.pid,
-                            src.calls.path)
-            src.dead = not alive
-            dead += src.dead
+        for src in sources:
+            if src.exited:
+                dead += 1
+                src.exit_beats += 1
+                if src.exit_beats >= EXIT_BEATS:  # reported long enough: no stale heartbeats
+                    if not self._other_writer(src, sources):
+                        self.progress.forget(src.job, src.rank)
+                    self.rings.drop(src)
+                continue
             dropped += src.calls.dropped
+            self.rings.open_steps(src)
             self._steps(src)
             if self.rings.read_meta(src):
                 changed.append(src)
@@ -138,6 +159,21 @@ class Agent:
         metrics.WRITER_DROPPED.set(dropped)
         if changed:
             self.topology(now_ns, changed)
+
+    @staticmethod
+    def _other_writer(src: RankSource, sources: list[RankSource]) -> bool:
+        """Another live writer of the same rank (a restarted process under another name)."""
+        return any(o is not src and not o.exited and o.job == src.job and o.rank == src.rank for o in sources)
+
+    def _exit(self, src: RankSource, sources: list[RankSource]) -> None:
+        """The writer is gone: publish what it left and report the rank exited."""
+        self._drain([src])
+        self._steps(src)
+        src.exited = True
+        comms = 0 if self._other_writer(src, sources) else self.progress.exit(src.job, src.rank)
+        how = "removed its files" if src.vanished else "is gone (its ring lock is free)"
+        log.warning("job %s rank %d: writer pid %d %s; reporting it exited on %d communicators (%s)",
+                    src.job, src.rank, src.pid, how, comms, src.calls.path)
 
     def _steps(self, src: RankSource) -> None:
         if src.steps is None:
@@ -219,6 +255,7 @@ class Agent:
         self.close()
 
     def close(self, timeout_s: float = 5.0) -> None:
+        self.hw.close()
         self.poll()
         self.heartbeat(time.time_ns())
         self.outbox.pump(self.sender)

@@ -15,7 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ring-dir", help="directory of the rings (default: COMMWATCH_RING_DIR)")
     p.add_argument("--job", help="job id for node samples when no ring names one (COMMWATCH_JOB_ID)")
     p.add_argument("--node", help="node name (default: COMMWATCH_NODE_NAME or the host name)")
-    p.add_argument("--nvml-replay", metavar="FILE", help="replay recorded NVML readings (JSON Lines)")
+    p.add_argument("--nvml-replay", metavar="FILE", help="replay NVML readings from a file (JSON Lines)")
     p.add_argument("--ib-root", help="InfiniBand sysfs root (default /sys/class/infiniband)")
     p.add_argument("--duration", type=float, help="stop after this many seconds")
     p.add_argument("--no-metrics", action="store_true", help="do not serve Prometheus metrics")

@@ -1,10 +1,22 @@
-"""Finding and opening the rings of the local ranks, safely.
+"""Finding, opening and removing the rings of the local ranks, safely.
 
-Layout under the ring dir: `<job>/<rank>.ring` (call records, written by the NCCL probe
-or the hook), `<job>/<rank>.steps` (the hook's iteration records) and
-`<job>/<rank>.meta.json` (the hook's rank placement). The agent reads only regular
-files inside its configured directory (symlinks are refused, resolved paths must stay
-inside it) that are owned by its own uid.
+Layout under the ring dir: `<job>/<stem>.ring` (call records, written by the NCCL probe
+or the hook), `<job>/<stem>.steps` (the hook's iteration records) and
+`<job>/<stem>.meta.json` (the hook's rank placement). `<stem>` is `<rank>`, or
+`<rank>.<pid>` when a second live writer of the same rank came along, or `pid-<pid>`
+when the probe did not know its rank (the header says it, else -1).
+
+Which files the agent reads (`agent_ring_uids`): regular files inside its configured
+directory, never through a symlink, and, unless the setting is `any`, owned by one of
+the listed uids (file owner and the uid in the header). `any` is the default because
+training containers usually run as root while the agent does not; its price is that
+anyone who can create files in the ring directory can feed records to the pipeline, so
+keep that directory writable only by training pods (see docs/deploy.md).
+
+A ring's writer is alive while it holds the flock on its file (commwatch/ring.py). Once
+the agent can take that lock the writer is gone; the agent then reads what is left,
+and at the end of the rank's exit removes its files (through a descriptor of the job
+directory, checking that the ring's name still points at the file it holds).
 """
 
 from __future__ import annotations
@@ -12,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +34,10 @@ from commwatch.producers.agent import metrics
 
 log = logging.getLogger(__name__)
 
+NAME = re.compile(r"^(?:(?P<rank>\d+)(?:\.(?P<pid>\d+))?|pid-(?P<anon>\d+))\.ring$")
 
-def _owned_regular(path: Path, root: Path, uid: int) -> str | None:
+
+def _readable(path: Path, root: Path, uids: frozenset[int] | None) -> str | None:
     """None when `path` may be read, else why not."""
     try:
         st = os.lstat(path)
@@ -32,8 +47,8 @@ def _owned_regular(path: Path, root: Path, uid: int) -> str | None:
         return "symlink"
     if not stat.S_ISREG(st.st_mode):
         return "not a regular file"
-    if st.st_uid != uid:
-        return f"owned by uid {st.st_uid}, not {uid}"
+    if uids is not None and st.st_uid not in uids:
+        return f"owned by uid {st.st_uid}, not one of {sorted(uids)}"
     if not path.resolve().is_relative_to(root):
         return "outside the ring dir"
     return None
@@ -49,22 +64,27 @@ class RankSource:
     steps: ringfmt.RingReader | None = None
     meta: dict | None = None
     meta_mtime_ns: int = 0
-    dead: bool = False
+    vanished: bool = False  # the writer removed its files (it finalised)
+    exited: bool = False  # the writer is gone; the exit is being reported
+    exit_beats: int = 0  # heartbeats sent with `exited` so far
 
     @property
     def pid(self) -> int:
         return self.calls.pid
 
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.calls.stat.st_dev, self.calls.stat.st_ino)
+
+    def companion(self, suffix: str) -> Path:
+        return ringfmt.companion(self.calls.path, suffix)
+
     def writer_alive(self) -> bool:
-        try:
-            os.kill(self.calls.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        """False once the writer released its lock (then this agent holds it)."""
+        return not self.vanished and not self.calls.writer_gone()
 
     def close(self) -> None:
+        """Unmap; releases the writer's lock if the agent took it."""
         self.calls.close()
         if self.steps is not None:
             self.steps.close()
@@ -73,10 +93,10 @@ class RankSource:
 class RingDir:
     """Discovers rank files under `root` and keeps them open."""
 
-    def __init__(self, root: str | Path, uid: int | None = None):
+    def __init__(self, root: str | Path, uids: frozenset[int] | None = None):
         self.root = Path(root)
-        self.uid = os.getuid() if uid is None else uid
-        self.sources: dict[Path, RankSource] = {}
+        self.uids = uids  # None: any uid
+        self.sources: dict[tuple[int, int], RankSource] = {}  # (dev, inode) of the ring -> source
         self.refused: dict[Path, str] = {}
 
     def _refuse(self, path: Path, why: str) -> None:
@@ -86,43 +106,50 @@ class RingDir:
         self.refused[path] = why
 
     def scan(self) -> tuple[list[RankSource], list[RankSource]]:
-        """Open new rings, notice removed ones; returns (added, removed)."""
+        """Open new rings; returns (added, vanished): the sources whose file is no longer
+        in the directory stay in `sources` until the agent drops them."""
         added: list[RankSource] = []
-        seen: set[Path] = set()
-        if not self.root.is_dir():
-            return added, self._removed(seen)
-        root = self.root.resolve()
-        for job_dir in sorted(self.root.iterdir()):
-            if job_dir.is_symlink() or not job_dir.is_dir():
-                if job_dir.is_symlink():
-                    self._refuse(job_dir, "symlink")
-                continue
-            for path in job_dir.glob("*.ring"):
-                seen.add(path)
-                if path in self.sources:
+        seen: set[tuple[int, int]] = set()
+        if self.root.is_dir():
+            root = self.root.resolve()
+            for job_dir in sorted(self.root.iterdir()):
+                if job_dir.is_symlink() or not job_dir.is_dir():
+                    if job_dir.is_symlink():
+                        self._refuse(job_dir, "symlink")
                     continue
-                why = _owned_regular(path, root, self.uid)
-                if why == "gone":
-                    continue
-                if why:
-                    self._refuse(path, why)
-                    continue
-                src = self._open(job_dir.name, path, root)
-                if src is not None:
-                    self.sources[path] = src
-                    self.refused.pop(path, None)
-                    added.append(src)
-        return added, self._removed(seen)
-
-    def _removed(self, seen: set[Path]) -> list[RankSource]:
-        gone = [p for p in self.sources if p not in seen]
-        return [self.sources.pop(p) for p in gone]
+                for path in job_dir.glob("*.ring"):
+                    try:
+                        st = os.lstat(path)
+                    except FileNotFoundError:
+                        continue
+                    key = (st.st_dev, st.st_ino)
+                    seen.add(key)
+                    if key in self.sources:
+                        continue
+                    why = _readable(path, root, self.uids)
+                    if why == "gone":
+                        continue
+                    if why:
+                        self._refuse(path, why)
+                        continue
+                    src = self._open(job_dir.name, path, root)
+                    if src is not None and src.key == key:
+                        self.sources[key] = src
+                        self.refused.pop(path, None)
+                        added.append(src)
+                    elif src is not None:  # replaced between the stat and the open: next scan
+                        src.close()
+        vanished = []
+        for key, src in self.sources.items():
+            if key not in seen and not src.vanished:
+                src.vanished = True
+                vanished.append(src)
+        return added, vanished
 
     def _open(self, job: str, path: Path, root: Path) -> RankSource | None:
-        try:
-            rank = int(path.stem)
-        except ValueError:
-            self._refuse(path, "name is not <rank>.ring")
+        m = NAME.match(path.name)
+        if m is None:
+            self._refuse(path, "name is not <rank>.ring, <rank>.<pid>.ring or pid-<pid>.ring")
             return None
         try:
             calls = ringfmt.RingReader(path)
@@ -130,27 +157,35 @@ class RingDir:
             if exc.reason != "bad_magic":  # bad_magic: still being created; retried next scan
                 self._refuse(path, str(exc))
             return None
-        if calls.uid != self.uid:
+        if self.uids is not None and calls.uid not in self.uids:
             calls.close()
-            self._refuse(path, f"header says writer uid {calls.uid}, not {self.uid}")
+            self._refuse(path, f"header says writer uid {calls.uid}, not one of {sorted(self.uids)}")
             return None
         if calls.job and calls.job != job:
             log.warning("%s: header job %r differs from its directory; using %r", path, calls.job, job)
+        rank = int(m["rank"]) if m["rank"] is not None else calls.rank
         src = RankSource(job, rank, calls)
-        steps = path.with_suffix(".steps")
-        if _owned_regular(steps, root, self.uid) is None:
-            try:
-                src.steps = ringfmt.RingReader(steps, ringfmt.STEP_MAGIC, ringfmt.STEP_DTYPE)
-            except ringfmt.RingError as exc:
-                log.warning("ignoring %s: %s", steps, exc)
+        self.open_steps(src)
         self.read_meta(src)
         log.info("tailing %s (job %s rank %d pid %d)", path, job, rank, calls.pid)
         return src
 
+    def open_steps(self, src: RankSource) -> None:
+        """Open `<stem>.steps` if it exists (the hook creates it just after the ring)."""
+        if src.steps is not None or src.vanished:
+            return
+        path = src.companion("steps")
+        if _readable(path, self.root.resolve(), self.uids) is None:
+            try:
+                src.steps = ringfmt.RingReader(path, ringfmt.STEP_MAGIC, ringfmt.STEP_DTYPE)
+            except ringfmt.RingError as exc:
+                if exc.reason != "bad_magic":
+                    log.warning("ignoring %s: %s", path, exc)
+
     def read_meta(self, src: RankSource) -> bool:
-        """Reload `<rank>.meta.json` when it changed; True when it did."""
-        path = self.root / src.job / f"{src.rank}.meta.json"
-        if _owned_regular(path, self.root.resolve(), self.uid) is not None:
+        """Reload `<stem>.meta.json` when it changed; True when it did."""
+        path = src.companion("meta.json")
+        if src.vanished or _readable(path, self.root.resolve(), self.uids) is not None:
             return False
         try:
             mtime = os.stat(path).st_mtime_ns
@@ -162,3 +197,37 @@ class RingDir:
         except (OSError, ValueError) as exc:
             log.warning("unreadable %s: %s", path, exc)
             return False
+
+    def drop(self, src: RankSource) -> None:
+        """Forget a rank whose writer is gone: remove its files if they are still there and
+        still the ones it held, then close (which releases the writer's lock)."""
+        self.sources.pop(src.key, None)
+        if not src.vanished and src.calls.locked:
+            remove_files(src)
+        src.close()
+
+
+def remove_files(src: RankSource) -> None:
+    ring = src.calls.path
+    try:
+        dfd = os.open(ring.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        log.warning("cannot open %s to remove the files of a gone writer: %s", ring.parent, exc)
+        return
+    try:
+        try:
+            here = os.stat(ring.name, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if not ringfmt.same_file(here, src.calls.stat):
+            return  # a new writer took the name: its files stay
+        for name in (src.companion("steps").name, src.companion("meta.json").name, ring.name):
+            try:
+                os.unlink(name, dir_fd=dfd)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning("cannot remove %s/%s: %s", ring.parent, name, exc)
+        metrics.RINGS_REMOVED.inc()
+    finally:
+        os.close(dfd)

@@ -1,9 +1,17 @@
 """`commwatch bench hook`: the cost the hook adds to one torch.distributed call, on the CPU.
 
-Two measurements on a one-rank gloo group: the wrapper around a call that does nothing
-(the hook's own cost: argument reading, counters, two ring writes), and a real gloo
-all_reduce of a small tensor with and without the hook (the noise of a real call
-included).
+On a one-rank gloo group:
+
+- blocking path (gloo and other host-blocking backends): the wrapper around a call that
+  does nothing (the hook's own cost: argument reading, counters, two ring writes), and a
+  real gloo all_reduce of a small tensor with and without the hook (its noise included);
+- event path (NCCL-like stream backends), on a SCRIPTED device (`ScriptedEvents`, no GPU):
+  the training thread's cost of a synchronous call there (entry record, two device events,
+  the hand-over to the poller), then the poller thread's time per completion. The scripted
+  events cost less than CUDA events: `torch.cuda.Event.record()` adds about a microsecond or
+  two per event on a real GPU (not measured here). Calls go in bursts of 1000 and the
+  poller's passes run between the bursts, timed apart (live, they run on their own thread
+  and take the GIL for that long).
 """
 
 from __future__ import annotations
@@ -14,6 +22,8 @@ import tempfile
 import time
 
 from commwatch.settings import Settings
+
+BURST = 1000
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,6 +41,25 @@ def _per_call_us(fn, args, n: int) -> float:
     return best
 
 
+def _bursts_us(fn, args, n: int, completions) -> tuple[float, float]:
+    """(training thread us per call, poller us per completion) over `n` calls in bursts; the
+    poller's passes run between the bursts, on this thread, timed apart."""
+    spent = polled = 0
+    done = 0
+    while done < n:
+        k = min(BURST, n - done)
+        t0 = time.perf_counter_ns()
+        for _ in range(k):
+            fn(*args)
+        t1 = time.perf_counter_ns()
+        while completions.poll():
+            pass
+        polled += time.perf_counter_ns() - t1
+        spent += t1 - t0
+        done += k
+    return spent / n / 1e3, polled / max(1, completions.completed) / 1e3
+
+
 def run(args: argparse.Namespace, settings: Settings) -> int:
     import datetime
 
@@ -38,44 +67,59 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     import torch.distributed as dist
 
     from commwatch.embedded import free_port
+    from commwatch.producers.hook.events import ScriptedEvents
     from commwatch.producers.hook.runtime import Hook
     from commwatch.producers.hook.wrap import SPECS, wrap_call
 
+    def noop(tensor, op=None, group=None, async_op=False):
+        return None
+
+    n = args.calls
     with tempfile.TemporaryDirectory() as d:
         s = settings.replace(ring_dir=d, job_id="bench")
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1,
                                 timeout=datetime.timedelta(seconds=60))
         try:
-            hook = Hook(s, dist)
             t = torch.ones(16)
-
-            def noop(tensor, op=None, group=None, async_op=False):
-                return None
-
+            hook = Hook(s, dist, events=None)
             wrapped = wrap_call(hook, noop, SPECS["all_reduce"])
             wrapped(t)  # resolve the group, open the ring
-            n = args.calls
             bare = _per_call_us(noop, (t,), n)
             hooked = _per_call_us(wrapped, (t,), n)
             real = dist.all_reduce
             m = max(1000, n // 20)
             gloo_bare = _per_call_us(real, (t,), m)
             gloo_hooked = _per_call_us(wrap_call(hook, real, SPECS["all_reduce"]), (t,), m)
-            hook.ring.close(unlink=True)
+            hook.close()
+
+            ev = Hook(s.replace(job_id="bench-events"), dist, events=ScriptedEvents(auto=True),
+                      stream_backends=frozenset({"gloo"}))
+            timed = wrap_call(ev, noop, SPECS["all_reduce"])
+            timed(t)  # starts the poller thread; its own passes are put off so that the two costs
+            c = ev.completions  # are measured apart
+            c.poll_s = c.idle_s = 3600.0
+            time.sleep(0.1)
+            evented, poller_us = _bursts_us(timed, (t,), n, c)
+            completed, dropped = c.completed, c.dropped
+            ev.close()
         finally:
             dist.destroy_process_group()
     result = {
-        "hook_added_us_per_call": round(hooked - bare, 3),
+        "blocking_added_us_per_call": round(hooked - bare, 3),
         "gloo_all_reduce_us": round(gloo_bare, 2),
         "gloo_all_reduce_hooked_us": round(gloo_hooked, 2),
         "gloo_added_us_per_call": round(gloo_hooked - gloo_bare, 2),
+        "event_path_scripted_added_us_per_call": round(evented - bare, 3),
+        "event_path_scripted_poller_us_per_completion": round(poller_us, 3),
+        "event_path_scripted_completed": completed,
+        "event_path_scripted_dropped": dropped,
         "records_per_call": 2,
         "goal_us": 5.0,
     }
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"{'measure':32} {'value':>10}")
+        print(f"{'measure':46} {'value':>10}")
         for k, v in result.items():
-            print(f"{k:32} {v:>10}")
+            print(f"{k:46} {v:>10}")
     return 0

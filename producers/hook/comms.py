@@ -4,6 +4,9 @@ A group's id must be equal on every member rank without talking to the others: i
 the 64-bit blake2b of (job, torch's group name, sorted global ranks). torch names groups
 from their creation order, which every rank shares (all ranks call `new_group` in the
 same order), so two groups over the same ranks still get different ids.
+
+A group whose device backend queues work on an asynchronous stream (NCCL and its kin)
+is a *stream* group: its calls on device tensors return at enqueue, not at completion.
 """
 
 from __future__ import annotations
@@ -11,6 +14,14 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any
+
+STREAM_BACKENDS = frozenset({"nccl", "xccl", "hccl", "mccl", "ucc"})
+
+
+def is_stream_backend(backend: str, stream_backends: frozenset[str] = STREAM_BACKENDS) -> bool:
+    """`backend` as `dist.get_backend()` names it: "nccl", "gloo", or "cpu:gloo,cuda:nccl"."""
+    names = [part.rsplit(":", 1)[-1].strip().lower() for part in str(backend).split(",")]
+    return any(n in stream_backends for n in names)
 
 
 def comm_id(job: str, group_name: str, ranks: list[int]) -> int:
@@ -29,6 +40,7 @@ class Comm:
     nranks: int = 0
     seq: int = 0
     announced: bool = False  # COMM_INIT written
+    stream: bool = False  # device calls return at enqueue (see the module doc)
     p2p: dict[tuple[int, int], int] = field(default_factory=dict)  # (peer, op) -> next seq
     index_of: dict[int, int] = field(default_factory=dict)  # global rank -> comm rank
 
@@ -51,9 +63,10 @@ class Comm:
 class CommRegistry:
     """Process groups seen so far, keyed by the group object (`None` = the default group)."""
 
-    def __init__(self, job: str, dist: Any):
+    def __init__(self, job: str, dist: Any, stream_backends: frozenset[str] = STREAM_BACKENDS):
         self.job = job
         self.dist = dist
+        self.stream_backends = stream_backends
         self.by_group: dict[Any, Comm] = {}
         self._fallback_names: dict[tuple[int, ...], int] = {}
 
@@ -75,6 +88,10 @@ class CommRegistry:
             self._fallback_names[key] = n + 1
             name = f"first-use-{n}"
         comm = Comm(comm_id(self.job, name, ranks), ranks, dist.get_rank(g), g)
+        try:
+            comm.stream = is_stream_backend(dist.get_backend(g), self.stream_backends)
+        except Exception:  # a group torch cannot name the backend of: treat its calls as blocking
+            comm.stream = False
         self.by_group[group] = comm
         if group is None:
             self.by_group[g] = comm

@@ -16,7 +16,7 @@ from commwatch.producers.agent.hardware import ReplayReader
 from agentkit import consume
 
 pytestmark = pytest.mark.integration
-NVML = Path(__file__).resolve().parents[1] / "data" / "nvml" / "h100x8_downclock.jsonl"
+NVML = Path(__file__).resolve().parents[1] / "data" / "nvml" / "scripted_h100x8_downclock.jsonl"
 
 
 def rank_files(d: Path, job: str, rank: int, comm: int = 0xFEED) -> ring.RingWriter:
@@ -38,6 +38,9 @@ def test_agent_publishes_calls_progress_topology_steps_hw(kafka_settings, tmp_pa
             if seq < 2 or r == 0:  # rank 1 never completes seq 2
                 w.write(wire.KIND_CALL, wire.OP_ALLREDUCE, 1, 0xFEED, seq, 100 + seq, 200 + seq, 64, r, -1, 2, 0)
     agent = Agent(s, s.kafka_bootstrap, nvml=ReplayReader(NVML), ib_root=str(tmp_path / "no-ib"))
+    deadline = time.monotonic() + 20
+    while not agent.hw.worker.samples and time.monotonic() < deadline:
+        time.sleep(0.05)  # NVML's thread has taken its first pass
     agent.tick()
     agent.close()
     got = consume(s, [topics.CALLS, topics.PROGRESS, topics.TOPOLOGY, topics.STEPS, topics.HW],

@@ -1,4 +1,5 @@
-"""Hardware samples: recorded NVML readings through the live conversion, IB counters."""
+"""Hardware samples: scripted NVML readings through the live conversion and NVML thread's
+pass (driven here one pass at a time), counters as deltas, IB counters."""
 
 from __future__ import annotations
 
@@ -7,14 +8,15 @@ from pathlib import Path
 from commwatch import messages
 from commwatch.producers.agent.hardware import HardwareSampler, ReplayReader, gpu_fields, ib_counters
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "nvml" / "h100x8_downclock.jsonl"
+DATA = Path(__file__).resolve().parents[1] / "data" / "nvml" / "scripted_h100x8_downclock.jsonl"
 
 
 def test_replayed_samples_are_valid_hw_messages_with_the_downclock():
-    sampler = HardwareSampler(ReplayReader(DATA), ib_root="/nonexistent")
+    sampler = HardwareSampler(ReplayReader(DATA), ib_root="/nonexistent", threaded=False)
     uuid3 = ReplayReader(DATA).read()[3]["uuid"]
     gpu3 = []
     for s in range(30):
+        sampler.worker.read_once()
         msgs = sampler.sample("node-7", 1767225600000000000 + s, {"j1": {uuid3: 27, 0: 24}})
         assert len(msgs) == 9  # 8 GPUs + the node
         for m in msgs:
@@ -54,3 +56,17 @@ def test_ib_counters_from_sysfs_layout(tmp_path):
     assert ib_counters(tmp_path) == {"mlx5_0": {"tx_bytes": 420, "rx_bytes": 820, "symbol_errors": 1}}
     msgs = HardwareSampler(None, ib_root=tmp_path).sample("n", 1, {"j": {}})
     assert len(msgs) == 1 and messages.validate_hw(msgs[0])["ib"]["mlx5_0"]["tx_bytes"] == 420
+
+
+def test_counters_are_published_as_deltas():
+    sampler = HardwareSampler(ReplayReader(DATA), ib_root="/nonexistent", threaded=False)
+    gpu5, gpu6 = [], []
+    for _ in range(30):
+        sampler.worker.read_once()
+        msgs = [m for m in sampler.sample("n", 1, {"j": {}}) if "gpu" in m]
+        gpu5.append(msgs[5])
+        gpu6.append(msgs[6])
+    assert [m["ecc_dbe"] for m in gpu5] == [0] * 25 + [1] + [0] * 4  # the cumulative count is 1 from 25 on
+    assert [m["xid"] for m in gpu5] == [0] * 25 + [48] + [0] * 4
+    nvlink = [m["nvlink_errors"] for m in gpu6]
+    assert nvlink[0] == 0 and sum(nvlink) == gpu_fields(ReplayReader(DATA).samples[29][6])["nvlink_errors"]

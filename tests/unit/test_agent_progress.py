@@ -39,6 +39,22 @@ def test_comm_init_alone_gives_minus_one_and_destroy_removes():
     assert m["ranks"] == [{"rank": 4, "started": -1, "completed": -1}]
     p.update("j", records([(3, 0, 0, 4, 0xC, 0, 6, 6, -1)]))
     assert p.messages("n", 2) == []
+    for _ in range(3):
+        p.messages("n", 3)
+    assert p.table == {}  # forgotten after the grace
+
+
+def test_an_exit_right_after_leaving_is_reported_on_the_comms_left():
+    p = Progress()
+    p.update("j", records([(2, 0, 0, 4, 0xC, 0, 5, 5, -1), (1, 1, 1, 4, 0xC, 0, 6, 7, -1),
+                           (3, 0, 0, 4, 0xC, 0, 8, 8, -1)]))  # a clean finalisation: leave, then exit
+    assert p.messages("n", 1) == []
+    assert p.exit("j", 4) == 1
+    (_, m), = p.messages("n", 2)
+    assert m["ranks"] == [{"rank": 4, "started": 0, "completed": 0, "exited": True, "t_last_start_ns": 6,
+                           "t_last_end_ns": 7}]
+    p.forget("j", 4)
+    assert p.messages("n", 3) == []
 
 
 def test_p2p_counted_per_peer_and_op_apart_from_collectives():
@@ -61,3 +77,15 @@ def test_forget_drops_a_rank_everywhere():
     p.forget("j", 0)
     (_, m), = p.messages("n", 1)
     assert [r["rank"] for r in m["ranks"]] == [1]
+
+
+def test_a_call_given_up_on_is_no_longer_waited_in():
+    lost = wire.FLAG_ENQUEUED | wire.FLAG_COMPLETION_LOST
+    p = Progress()
+    p.update("j", records([(1, 1, wire.FLAG_ENQUEUED, 0, 0xA, 0, 10, 0, -1), (1, 1, lost, 0, 0xA, 0, 10, 0, -1),
+                           (1, wire.OP_SEND, wire.FLAG_ENQUEUED, 0, 0xA, 0, 11, 0, 1),
+                           (1, wire.OP_SEND, lost, 0, 0xA, 0, 11, 0, 1)]))
+    (_, m), = p.messages("n", 1)
+    r = m["ranks"][0]
+    assert (r["started"], r["completed"]) == (0, 0) and "t_last_end_ns" not in r
+    assert r["p2p"] == [{"peer": 1, "op": "send", "started": 0, "completed": 0}]

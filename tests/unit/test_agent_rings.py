@@ -1,4 +1,4 @@
-"""Ring discovery: ownership and path checks, removed rings, dead writers."""
+"""Ring discovery: ownership and path checks, names, removed rings, writers gone (by their lock)."""
 
 from __future__ import annotations
 
@@ -49,16 +49,101 @@ def test_refuses_symlinks_and_rings_outside_the_dir(tmp_path):
 
 def test_refuses_rings_of_another_uid(tmp_path):
     make_ring(tmp_path / "j" / "0.ring")
-    d = RingDir(tmp_path, uid=os.getuid() + 1)
+    d = RingDir(tmp_path, uids=frozenset({os.getuid() + 1}))
     assert d.scan()[0] == []
     assert "owned by uid" in d.refused[tmp_path / "j" / "0.ring"]
+    assert [s.rank for s in RingDir(tmp_path, uids=None).scan()[0]] == [0]  # `any`: read
 
 
-def test_dead_writer_is_noticed(tmp_path):
+def test_gone_writer_is_noticed_by_its_lock_not_its_pid(tmp_path):
     code = ("import sys; from commwatch import ring; "
-            "ring.RingWriter(sys.argv[1], rank=0, job='j', capacity=8)")
+            "ring.RingWriter(sys.argv[1], rank=0, job='j', capacity=8)")  # exits without finalising
     subprocess.run([sys.executable, "-c", code, str(tmp_path / "j" / "0.ring")], check=True)
-    make_ring(tmp_path / "j" / "1.ring", rank=1)
+    with open(tmp_path / "j" / "0.ring", "r+b") as f:  # its pid now names a live process (this one)
+        f.seek(ring.OFF_PID)
+        f.write(os.getpid().to_bytes(4, "little"))
+    w = make_ring(tmp_path / "j" / "1.ring", rank=1)
     d = RingDir(tmp_path)
     alive = {s.rank: s.writer_alive() for s in d.scan()[0]}
     assert alive == {0: False, 1: True}
+    w.close(unlink=True)  # a writer that finalises removes its file: the agent sees it vanish
+    _, vanished = d.scan()
+    assert [s.rank for s in vanished] == [1] and not vanished[0].writer_alive()
+
+
+def test_a_second_live_writer_of_a_rank_takes_another_name_and_a_dead_ones_name_is_reused(tmp_path):
+    first = make_ring(tmp_path / "j" / "0.ring")
+    second = make_ring(tmp_path / "j" / "0.ring")  # same process, but the first one holds the lock
+    assert first.path.name == "0.ring" and second.path.name == f"0.{os.getpid()}.ring"
+    d = RingDir(tmp_path)
+    assert sorted(s.rank for s in d.scan()[0]) == [0, 0]
+    first.mm.close()  # the first writer dies without removing its file (a mapping keeps the lock too)
+    first.fd, fd = -1, first.fd
+    os.close(fd)
+    third = make_ring(tmp_path / "j" / "0.ring")
+    assert third.path.name == "0.ring"  # free again: replaced
+    src = next(s for s in d.sources.values() if s.calls.path.name == "0.ring")
+    assert not src.writer_alive()
+    d.drop(src)  # the agent finishing the dead writer must not remove the new writer's file
+    assert (tmp_path / "j" / "0.ring").exists()
+    assert [s.calls.path.name for s in d.scan()[0]] == ["0.ring"]
+
+
+def test_drop_removes_the_files_of_a_gone_writer(tmp_path):
+    code = ("import sys, pathlib; from commwatch import ring; "
+            "w = ring.RingWriter(sys.argv[1], rank=3, job='j', capacity=8); "
+            "ring.RingWriter(ring.companion(w.path, 'steps'), 3, 'j', 4, ring.STEP_MAGIC); "
+            "ring.companion(w.path, 'meta.json').write_text('{}')")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "j" / "3.ring")], check=True)
+    d = RingDir(tmp_path)
+    (src,) = d.scan()[0]
+    assert src.steps is not None and src.meta == {} and not src.writer_alive()
+    d.drop(src)
+    assert sorted(p.name for p in (tmp_path / "j").iterdir()) == []
+
+
+def test_agent_removes_a_long_dead_ring_without_publishing_it(settings, tmp_path):
+    from commwatch.embedded import free_port
+    from commwatch.producers.agent.agent import Agent
+
+    code = ("import sys; from commwatch import ring; "
+            "w = ring.RingWriter(sys.argv[1], rank=0, job='j', capacity=8); "
+            "w.write(1, 1, 1, 0xA, 0, 10, 20, 8, 0, -1, 2, 0, now_ns=1)")  # last heard of in 1970
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "r" / "j" / "0.ring")], check=True)
+    code_recent = code.replace("now_ns=1", "now_ns=__import__('time').time_ns()").replace("rank=0", "rank=1")
+    subprocess.run([sys.executable, "-c", code_recent, str(tmp_path / "r" / "j" / "1.ring")], check=True)
+    s = settings.replace(ring_dir=str(tmp_path / "r"), kafka_bootstrap=f"127.0.0.1:{free_port()}")
+    agent = Agent(s, s.kafka_bootstrap)
+    try:
+        agent.scan()
+        agent.poll()
+    finally:
+        agent.close(timeout_s=0.1)
+    assert not (tmp_path / "r" / "j" / "0.ring").exists()  # stale: dropped unread
+    assert agent.records == 1  # the recent one was read (its writer is gone too: it goes the exit way)
+
+
+def test_a_forked_child_does_not_keep_a_dead_writers_lock(tmp_path):
+    code = ("import os, sys, time; from commwatch import ring; "
+            "w = ring.RingWriter(sys.argv[1], rank=0, job='j', capacity=8); "
+            "pid = os.fork()\n"
+            "if pid == 0:\n    print('child', flush=True); time.sleep(60); os._exit(0)\n"
+            "print(pid, flush=True); time.sleep(60)")
+    parent = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "j" / "0.ring")], stdout=subprocess.PIPE,
+                              text=True)
+    lines = {parent.stdout.readline().strip(), parent.stdout.readline().strip()}  # the child runs (fork is done)
+    lines.discard("child")
+    child = int(lines.pop())
+    try:
+        (src,) = RingDir(tmp_path).scan()[0]
+        assert src.writer_alive()
+        parent.kill()  # the writer dies; its forked child (a data-loader worker) lives on
+        parent.wait(10)
+        os.kill(child, 0)
+        assert not src.writer_alive()
+    finally:
+        parent.kill()
+        try:
+            os.kill(child, 9)
+        except ProcessLookupError:
+            pass

@@ -230,6 +230,8 @@ def test_containers_run_as_non_root_with_read_only_root():
                 assert c["securityContext"]["allowPrivilegeEscalation"] is False
                 assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
                 assert c["resources"]["requests"]
+            if doc["kind"] == "DaemonSet":  # the node agent: see test_agent_reads_rings_of_root_training_pods
+                continue
             assert spec["securityContext"]["runAsNonRoot"] is True
             assert spec["securityContext"]["runAsUser"] != 0
             for c in spec.get("initContainers", []):  # root only to open hostPath dirs, no capabilities
@@ -261,6 +263,20 @@ def test_daemonset_mounts_the_ring_directory_on_gpu_nodes():
     assert {m["name"] for m in init["volumeMounts"]} == {"rings", "plugin"}
     assert "libnccl-profiler-commwatch.so" in " ".join(init["command"])
     assert volumes["plugin"]["hostPath"]["path"] == "/opt/commwatch/lib"
+
+
+def test_agent_reads_rings_of_root_training_pods():
+    spec = pod_spec(one(rendered(None), "DaemonSet", "-agent"))
+    agent = spec["containers"][0]
+    env = {e["name"]: e.get("value") for e in agent["env"]}
+    assert env["COMMWATCH_AGENT_RING_UIDS"] == "any"
+    assert spec["securityContext"]["runAsUser"] == 0  # reads and removes rings of any uid...
+    assert agent["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["DAC_OVERRIDE"]}  # ...only that
+    hardened = pod_spec(one(rendered(CHART / "ci" / "agent-uid-values.yaml"), "DaemonSet", "-agent"))
+    c = hardened["containers"][0]
+    assert {e["name"]: e.get("value") for e in c["env"]}["COMMWATCH_AGENT_RING_UIDS"] == "1000"
+    assert hardened["securityContext"]["runAsUser"] == 1000 and hardened["securityContext"]["runAsNonRoot"] is True
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": []}
 
 
 def test_agent_on_the_host_network():

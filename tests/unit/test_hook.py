@@ -134,3 +134,95 @@ def test_megatron_coordinates(installed, monkeypatch, tmp_path):
 def test_comm_id_is_order_independent_and_job_scoped():
     assert comm_id("j", "3", [2, 0, 1]) == comm_id("j", "3", [0, 1, 2])
     assert comm_id("j", "3", [0, 1]) != comm_id("j", "4", [0, 1]) != comm_id("k", "3", [0, 1])
+
+
+def _calls(reader):
+    recs, _ = reader.poll()
+    return recs[recs["kind"] == wire.KIND_CALL]
+
+
+def test_ddp_gradient_buckets_are_recorded(installed):
+    _, reader = installed
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 32))
+    _calls(reader)  # what DDP's construction did
+    for _ in range(2):
+        model(torch.randn(4, 64)).sum().backward()
+    calls = _calls(reader)
+    bucket = (64 * 32 + 32) * 4  # one bucket: every gradient of the layer, float32
+    assert list(calls["op"]) == [wire.OP_ALLREDUCE] * 4 and list(calls["bytes"]) == [bucket] * 4
+    assert list(calls["flags"]) == [0, 1, 0, 1] and list(calls["seq"]) == [0, 0, 1, 1]
+    assert model._comm_hooks  # the default all-reduce, registered at the first forward
+
+
+def test_ddp_keeps_a_users_own_comm_hook(installed):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    _, reader = installed
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 8))
+    model.register_comm_hook(None, default_hooks.fp16_compress_hook)  # after construction, as users do
+    model(torch.randn(2, 8)).sum().backward()
+    calls = _calls(reader)
+    assert [h.__name__ for h, _ in model._comm_hooks] == ["fp16_compress_hook"]
+    assert list(calls["bytes"]) == [(8 * 8 + 8) * 2] * 2  # seen through the dist.all_reduce it makes
+
+
+def test_functional_collectives_complete_when_waited(installed):
+    import torch.distributed._functional_collectives as funcol
+
+    _, reader = installed
+    out = funcol.all_reduce(torch.ones(16), "sum", dist.group.WORLD)
+    entry = _calls(reader)
+    assert list(entry["flags"]) == [0] and entry["op"][0] == wire.OP_ALLREDUCE and entry["bytes"][0] == 64
+    out = out.wait()
+    assert out.sum().item() == 16
+    done = _calls(reader)
+    assert list(done["flags"]) == [1] and done["seq"][0] == entry["seq"][0]
+    parts = funcol.all_gather_tensor(torch.ones(4), 0, dist.group.WORLD)
+    parts + 1  # first use waits
+    calls = _calls(reader)
+    assert list(calls["op"]) == [wire.OP_ALLGATHER] * 2 and list(calls["flags"]) == [0, 1]
+
+
+def test_coalesced_calls_complete_with_the_managers_work(installed):
+    from torch.distributed.distributed_c10d import _coalescing_manager
+
+    _, reader = installed
+    a, b = torch.ones(4), torch.ones(8)
+    with _coalescing_manager(async_ops=True) as cm:
+        dist.all_reduce(a)
+        dist.all_reduce(b)
+        inside = _calls(reader)
+    cm.wait()
+    assert list(inside["flags"]) == [0, 0] and list(inside["bytes"]) == [16, 32]
+    done = _calls(reader)
+    assert sorted(int(s) for s in done["seq"]) == list(inside["seq"]) and set(done["flags"]) == {1}
+
+
+def test_megatron_aliases_bound_before_install_are_recorded(group, settings, tmp_path, monkeypatch):
+    fake = types.ModuleType("megatron.core.tensor_parallel.mappings")
+    original = dist.all_gather_into_tensor
+    fake.dist_all_gather_func = original  # what Megatron binds at import
+    monkeypatch.setitem(sys.modules, fake.__name__, fake)
+    hook.install(settings.replace(ring_dir=str(tmp_path), job_id="jm"))
+    try:
+        reader = ring.RingReader(ring.ring_path(tmp_path, "jm", 0))
+        assert fake.dist_all_gather_func is dist.all_gather_into_tensor is not original
+        fake.dist_all_gather_func(torch.zeros(4), torch.ones(4))
+        assert list(_calls(reader)["op"]) == [wire.OP_ALLGATHER] * 2
+    finally:
+        hook.uninstall()
+    assert fake.dist_all_gather_func is original
+
+
+def test_a_forked_child_runs_without_the_hook(installed):
+    import os
+
+    h, _ = installed
+    wrapped = dist.all_reduce
+    pid = os.fork()
+    if pid == 0:  # a data-loader worker: torch restored, the parent's ring let go
+        ok = dist.all_reduce is wrapped.__commwatch_wrapped__ and hook.current() is None and h.ring is None
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert dist.all_reduce is wrapped and h.ring is not None  # the parent keeps it

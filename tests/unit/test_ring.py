@@ -26,7 +26,7 @@ def test_header_offsets_match_the_c_header():
     ours = {"magic": ring.OFF_MAGIC, "version": ring.OFF_VERSION, "record_size": ring.OFF_RECORD_SIZE,
             "capacity": ring.OFF_CAPACITY, "write_index": ring.OFF_WRITE_INDEX, "dropped": ring.OFF_DROPPED,
             "heartbeat_ns": ring.OFF_HEARTBEAT, "pid": ring.OFF_PID, "rank": ring.OFF_RANK, "uid": ring.OFF_UID,
-            "job_id": ring.OFF_JOB, "commit_index": ring.OFF_COMMIT}
+            "closed": ring.OFF_CLOSED, "job_id": ring.OFF_JOB, "commit_index": ring.OFF_COMMIT}
     for name, off in ours.items():
         assert asserted[name] == off, name
     assert "CW_RING_HEADER_SIZE 256" in text and ring.HEADER_SIZE == 256
@@ -108,3 +108,14 @@ def test_step_ring_round_trip(tmp_path):
     assert recs["forward_ms"][0] == 1.5 and np.isnan(recs["backward_ms"][0])
     with pytest.raises(ring.RingError):
         ring.RingReader(tmp_path / "0.steps")  # a step ring is not a call ring
+
+
+def test_commit_index_follows_the_records_and_finalising_says_closed(tmp_path):
+    w = ring.RingWriter(tmp_path / "j" / "0.ring", rank=0, job="j", capacity=8)
+    r = ring.RingReader(w.path)
+    write_calls(w, 11)  # wraps around
+    assert int(r.header[ring.OFF_COMMIT // 8]) == r.write_index == 11 and not r.closed
+    w.close(unlink=True)
+    assert r.closed and not w.path.exists()
+    recs, lost = r.poll()  # a reader that has it mapped still reads the rest
+    assert lost == 3 and list(recs["seq"]) == list(range(3, 11))
