@@ -30,6 +30,7 @@ DEFERRED_MAX = 4096  # calls queued inside one _coalescing_manager
 
 class _Local(threading.local):
     busy = False  # inside a wrapped call on this thread
+    waited_ns = 0  # time this thread spent inside blocking collectives (phases leave it out)
 
 
 def meta_path(ring_dir: str | Path, job: str, rank: int) -> Path:
@@ -70,7 +71,7 @@ class Hook:
         self.world_size = 0
         self.errors = 0
         self.patched: list[tuple[Any, str, Any]] = []
-        self.timer = StepTimer(self._cuda())
+        self.timer = StepTimer(self._cuda(), self.tls)
         self.lock = threading.Lock()
         if events == "auto":
             events = CudaEvents(torch) if CudaEvents.available(torch) else None

@@ -4,7 +4,8 @@
 number), each later call ends the current iteration and starts the next. `phase(name)`
 times a block (forward, backward, optimizer): with CUDA events when the rank runs on a
 GPU, resolved only once the GPU has passed them (never a synchronize), else on the CPU
-clock. An iteration whose GPU phases are still pending waits in a short queue; when the
+clock less the time the thread spent inside blocking collectives meanwhile (a collective's
+duration is a wait for the others: a phase that holds one would make its victims look slow). An iteration whose GPU phases are still pending waits in a short queue; when the
 queue is full its record is written without phases.
 """
 
@@ -19,8 +20,9 @@ MAX_PENDING = 8
 
 
 class StepTimer:
-    def __init__(self, cuda: Any = None):
+    def __init__(self, cuda: Any = None, tls: Any = None):
         self.cuda = cuda  # torch.cuda when the rank uses a GPU, else None
+        self.tls = tls  # the hook's thread state: `waited_ns` inside blocking collectives
         self.ring: Any = None
         self.iteration = -1
         self.t_start_ns = 0
@@ -49,11 +51,14 @@ class StepTimer:
                 end.record()
                 self.phases.setdefault(name, []).append((start, end))
             return
+        tls = self.tls
+        w0 = tls.waited_ns if tls is not None else 0
         t0 = time.perf_counter_ns()
         try:
             yield
         finally:
-            self.phases.setdefault(name, []).append((time.perf_counter_ns() - t0) / 1e6)
+            waited = (tls.waited_ns - w0) if tls is not None else 0
+            self.phases.setdefault(name, []).append(max(0, time.perf_counter_ns() - t0 - waited) / 1e6)
 
     def flush(self, force: bool = False) -> None:
         """Write every finished iteration whose phases are known (all, when `force`)."""

@@ -183,6 +183,7 @@ def wrap_call(hook: Any, fn: Callable, spec: Spec) -> Callable:
                 hook.completions.give_up(call, flags)
         else:
             t1 = time_ns()
+            tls.waited_ns += t1 - t0
             ring.write(CALL, op, DONE, c.id, seq, t0, t1, nbytes, c.comm_rank, peer, c.nranks, 0, t1)
         return result
 

@@ -76,12 +76,15 @@ class CommTiming:
     link_streak: int = 0
 
     def class_busy(self, latest: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """Pipelines: per class and rank (arrays `P2P_CLASSES` x ranks), the median over the
-        kept windows of each window's shortest interval (nan: none) and the count."""
+        """Pipelines: per class and rank (arrays `P2P_CLASSES` x ranks), the shortest interval
+        over the kept windows (nan: none) and the count. The shortest, not a typical window's:
+        a class may hold a longer instance once an iteration, and a window that happens to
+        hold only that one says nothing of the rank's speed."""
         wins = [self.classes[-1]] if latest and self.classes else list(self.classes)
-        lows = np.array([[[np.nan if v is None else v for v in row] for row in w[0]] for w in wins], float)
+        lows = np.array([[[np.inf if v is None else v for v in row] for row in w[0]] for w in wins], float)
         counts = np.array([w[1] for w in wins], float)
-        return _nanmedian(lows, 0), counts.sum(axis=0)
+        low = lows.min(axis=0)
+        return np.where(np.isfinite(low), low, np.nan), counts.sum(axis=0)
 
     def busy_of(self, latest: bool = False) -> np.ndarray:
         """Per rank (aligned with `ranks`), its mean compute gap (ms) over the kept windows (or

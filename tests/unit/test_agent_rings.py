@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from commwatch import ring
 from commwatch.producers.agent.rings import RingDir
 
@@ -130,8 +132,11 @@ def test_a_forked_child_does_not_keep_a_dead_writers_lock(tmp_path):
             "if pid == 0:\n    print('child', flush=True); time.sleep(60); os._exit(0)\n"
             "print(pid, flush=True); time.sleep(60)")
     parent = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "j" / "0.ring")], stdout=subprocess.PIPE,
-                              text=True)
+                              stderr=subprocess.PIPE, text=True)
     lines = {parent.stdout.readline().strip(), parent.stdout.readline().strip()}  # the child runs (fork is done)
+    if "" in lines:  # the parent ended early: say why
+        parent.kill()
+        pytest.fail(f"writer process ended: rc={parent.wait(10)} stdout={lines} stderr={parent.stderr.read()!r}")
     lines.discard("child")
     child = int(lines.pop())
     try:

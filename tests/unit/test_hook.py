@@ -110,6 +110,30 @@ def test_steps_meta_and_uninstall(installed, tmp_path):
     assert not (tmp_path / "jh" / "0.ring").exists()
 
 
+def test_phases_leave_out_time_inside_blocking_collectives(installed, tmp_path):
+    import time
+
+    from commwatch.producers.hook.wrap import SPECS, wrap_call
+
+    h, _ = installed
+
+    def waits(tensor, op=None, group=None, async_op=False):  # the others arrive 150 ms later
+        time.sleep(0.15)
+
+    slow_reduce = wrap_call(h, waits, SPECS["all_reduce"])
+    hook.step()
+    with hook.phase("forward"):
+        time.sleep(0.05)
+    with hook.phase("backward"):
+        time.sleep(0.05)
+        slow_reduce(torch.ones(4))
+    hook.step()
+    steps = ring.RingReader(ring.ring_path(tmp_path, "jh", 0, "steps"), ring.STEP_MAGIC, ring.STEP_DTYPE)
+    (rec,) = steps.poll()[0]
+    assert 45 <= rec["forward_ms"] < 100 and 45 <= rec["backward_ms"] < 100  # the 150 ms wait is not compute
+    assert rec["t_end_ns"] - rec["t_start_ns"] >= 250e6
+
+
 def test_megatron_coordinates(installed, monkeypatch, tmp_path):
     ps = types.ModuleType("megatron.core.parallel_state")
     ps.model_parallel_is_initialized = lambda: True
