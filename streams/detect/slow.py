@@ -46,6 +46,7 @@ IMBALANCE = 0.2  # a stage computing this much more than the others ...
 IMBALANCE_EVALS = 10  # ... in most of its first evaluations, and this many, is an advisory
 HORIZON_NS = 10_000_000_000  # compute shares (advisory) are summed over this much of the latest windows
 HORIZON_WINDOWS = 32
+MIN_BUSY_MS = 1.0  # shorter compute intervals between a comm's calls are call overhead, not compute
 OUTLIER = 3.0  # a class of gaps this many times a rank's typical one spans an iteration's end
 MIN_CLASS_COUNT = 4  # a class of pipeline intervals is compared once it holds this many (early passes vary)
 EXACT_OTHERS = 8  # groups up to this size compare a member with the median of the others exactly
@@ -314,10 +315,15 @@ class SlowTracker:
         for comm, members in (in_use or {}).items():
             if comm not in long:  # in use, but no current busy figures: the finest comm may be missing
                 unknown.update(members)
+        # a rank is judged in its finest comm: the shortest compute intervals, so the most of
+        # them, but intervals of real compute (peers' >= MIN_BUSY_MS), not the scheduling
+        # noise between back-to-back calls
         finest: dict[int, tuple[str, tuple]] = {}
         for c, res in long.items():
             for r, v in res.items():
-                if r not in unknown and (r not in finest or v[1] < finest[r][1][1]):
+                if r in unknown:
+                    continue
+                if r not in finest or (v[2] < MIN_BUSY_MS, v[1]) < (finest[r][1][2] < MIN_BUSY_MS, finest[r][1][1]):
                     finest[r] = (c, v)
         self.ratio = {r: v[0] for r, (_, v) in finest.items()}
         out = {}

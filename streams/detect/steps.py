@@ -30,6 +30,7 @@ WARMUP = 2  # first iterations (compilation, warm-up) teach nothing
 BASE_LEARN = 0.05
 PHASES = ("forward_ms", "backward_ms")
 STRAGGLER_SHARE = 0.1  # a phase in which more ranks than this share are slow holds waits
+PHASE_MIN_SHARE = 0.1  # a phase shorter than this share of the step cannot slow the job (noise)
 
 
 class StepTracker:
@@ -118,7 +119,7 @@ class StepTracker:
                 ratios = {}
                 for r in members:
                     ref = statistics.median(vals[q] for q in members if q != r)
-                    if ref > 0:
+                    if ref > 0 and ref >= PHASE_MIN_SHARE * got[r][0] * 1e3:
                         ratios[r] = (vals[r] / ref, ref)
                 # a straggler stands out alone; a phase in which many ranks are slower holds
                 # waits (they wait on someone inside the phase), not their own compute

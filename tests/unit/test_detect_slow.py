@@ -94,3 +94,31 @@ def test_slow_link_names_the_pair_no_healthy_comm_spans(settings):
     (inc,) = j.opened()
     assert inc["kind"] == "slow_link" and inc["culprit_ranks"] == [] and inc["culprit_nodes"] == ["n1", "n2"]
     assert [c["comm"] for c in inc["evidence"]["comms"]] == [f"{ring:016x}"]
+
+
+def test_back_to_back_calls_do_not_hide_the_slow_rank(settings):
+    # data parallel calls run back to back (fractions of a millisecond apart: call overhead,
+    # noise); the compute lies between the pair comm's calls, where rank 2 is 150 ms slower
+    import numpy as np
+
+    pairs, world = {0xD1: [0, 1], 0xD2: [2, 3]}, 0xD3
+    j = HandJob(settings, {**pairs, world: [0, 1, 2, 3]}, {r: "n0" for r in range(4)})
+    rng = np.random.default_rng(4)
+    seq = 0
+    for it in range(40):
+        t = j.now + 50 * MS
+        ends = []
+        for comm, ranks in pairs.items():
+            starts = {r: t + (150 * MS if r == 2 and it >= 4 else 0) for r in ranks}
+            ends.append(max(starts.values()) + MS)
+            j.collective(comm, it, starts, ends[-1])
+        t = max(ends)
+        for _ in range(3):
+            starts = {r: t + int(rng.integers(100_000, 400_000)) for r in range(4)}
+            t = max(starts.values()) + 200_000
+            j.collective(world, seq, starts, t)
+            seq += 1
+        j.beat(j.now)
+    slow = j.opened("slow_rank")
+    assert [(i["culprit_ranks"], i["evidence"]["signal"]) for i in slow] == [([2], "collectives")]
+    assert slow[0]["evidence"]["busy_ms"] > 100 and j.opened("hang") == []

@@ -1,0 +1,35 @@
+"""Phase timings (cw.steps.v1): a lone compute straggler among ranks doing the same work,
+not a phase too short to slow anyone, nor a phase many ranks are slow in (it holds waits)."""
+
+from commwatch.streams.detect.steps import StepTracker
+
+S = 1_000_000_000
+COORDS = {r: {"tp": r % 2, "pp": 0, "dp": r // 2} for r in range(8)}
+
+
+def _run(phases_of, iterations=12):
+    st = StepTracker(slow_impact=0.2, slow_windows=2, model="numpy")
+    found = {}
+    for it in range(iterations):
+        t0 = it * S
+        for r in range(8):
+            st.add({"v": 1, "job": "j", "rank": r, "iteration": it, "t_start_ns": t0, "t_end_ns": t0 + S,
+                    "phases": phases_of(r, it)})
+        found.update(st.evaluate((it + 1) * S, COORDS, set(found)))
+    return found
+
+
+def test_a_lone_slow_phase_names_its_rank():
+    found = _run(lambda r, it: {"forward_ms": 450.0 if r == 5 and it >= 4 else 300.0, "backward_ms": 500.0})
+    assert set(found) == {5} and found[5]["phase"] == "forward_ms" and found[5]["impact"] >= 0.1
+
+
+def test_a_phase_too_short_to_matter_names_nobody():
+    # backward takes under a millisecond of a one-second step: 40 % slower there is noise
+    found = _run(lambda r, it: {"forward_ms": 300.0, "backward_ms": 0.084 if r == 3 else 0.057})
+    assert found == {}
+
+
+def test_a_phase_many_ranks_are_slow_in_holds_waits():
+    found = _run(lambda r, it: {"forward_ms": 450.0 if r in (2, 3, 4) else 300.0, "backward_ms": 500.0})
+    assert found == {}
