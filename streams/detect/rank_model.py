@@ -17,7 +17,7 @@ higher-is-worse; the river models warm up over `PH_MIN` windows.
 
 >>> m = RankModel("numpy", 0.1, 2)
 >>> [m.update(1.3, s * 10**9, s * 10**9) for s in range(1, 6)]
-[None, None, None, 1000000000, 1000000000]
+[None, None, 1000000000, 1000000000, 1000000000]
 >>> m = RankModel("numpy", 0.1, 2)   # a pause: hot in one window, the horizon remembers it
 >>> [m.update(1.3, s * 10**9, s * 10**9, short=1.6 if s == 1 else 1.0) for s in range(1, 6)]
 [None, None, None, None, None]
@@ -25,7 +25,7 @@ higher-is-worse; the river models warm up over `PH_MIN` windows.
 
 from __future__ import annotations
 
-SLOW_MIN_NS = 3_000_000_000
+SLOW_MIN_NS = 2_000_000_000
 MIN_STREAK = 2  # new windows in a row, each slow on its own
 FAST_RATIO = 1.5
 PH_MIN = 4

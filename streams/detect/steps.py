@@ -126,6 +126,15 @@ class StepTracker:
                 over = [r for r, (x, _) in ratios.items() if x >= 1 + self.slow_impact]
                 if len(over) > max(1, STRAGGLER_SHARE * len(members)):
                     continue
+                # tensor-parallel peers wait inside the phase for their slow peer (GPU-timed
+                # phases hold the NCCL kernels): two of one TP group over says who is slow no more
+                groups_over: dict[tuple, int] = {}
+                for r in over:
+                    groups_over[_tp_group(coords.get(r))] = groups_over.get(_tp_group(coords.get(r)), 0) + 1
+                for r in over:
+                    key = _tp_group(coords.get(r))
+                    if key is not None and groups_over[key] > 1:
+                        del ratios[r]
                 for r, (ratio, ref) in ratios.items():
                     if ratio > self.ratio.get(r, 0.0):
                         self.ratio[r] = ratio
@@ -147,3 +156,10 @@ class StepTracker:
                       "onset_ns": int(onset - step * 1e9), "signal": "phases"}
         verdicts = out
         self.verdicts = verdicts
+
+
+def _tp_group(c: dict | None) -> tuple | None:
+    """The ranks of one tensor-parallel group share every coordinate but `tp` (None: unknown)."""
+    if not c or "tp" not in c:
+        return None
+    return tuple(sorted((k, v) for k, v in c.items() if k != "tp"))

@@ -4,18 +4,18 @@ not a phase too short to slow anyone, nor a phase many ranks are slow in (it hol
 from commwatch.streams.detect.steps import StepTracker
 
 S = 1_000_000_000
-COORDS = {r: {"tp": r % 2, "pp": 0, "dp": r // 2} for r in range(8)}
 
 
-def _run(phases_of, iterations=12):
+def _run(phases_of, iterations=12, world=8):
+    coords = {r: {"tp": r % 2, "pp": 0, "dp": r // 2} for r in range(world)}
     st = StepTracker(slow_impact=0.2, slow_windows=2, model="numpy")
     found = {}
     for it in range(iterations):
         t0 = it * S
-        for r in range(8):
+        for r in range(world):
             st.add({"v": 1, "job": "j", "rank": r, "iteration": it, "t_start_ns": t0, "t_end_ns": t0 + S,
                     "phases": phases_of(r, it)})
-        found.update(st.evaluate((it + 1) * S, COORDS, set(found)))
+        found.update(st.evaluate((it + 1) * S, coords, set(found)))
     return found
 
 
@@ -33,3 +33,13 @@ def test_a_phase_too_short_to_matter_names_nobody():
 def test_a_phase_many_ranks_are_slow_in_holds_waits():
     found = _run(lambda r, it: {"forward_ms": 450.0 if r in (2, 3, 4) else 300.0, "backward_ms": 500.0})
     assert found == {}
+
+
+def test_a_whole_tensor_parallel_group_slow_in_a_phase_names_nobody():
+    # GPU-timed phases hold the NCCL kernels: rank 4's TP peer 5 waits for it inside forward
+    # (2 of 32 ranks: few enough to look like stragglers)
+    found = _run(lambda r, it: {"forward_ms": 450.0 if r in (4, 5) and it >= 4 else 300.0, "backward_ms": 500.0},
+                 world=32)
+    assert found == {}
+    alone = _run(lambda r, it: {"forward_ms": 450.0 if r == 4 and it >= 4 else 300.0, "backward_ms": 500.0}, world=32)
+    assert set(alone) == {4}
