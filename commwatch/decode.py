@@ -62,6 +62,39 @@ def message_job(msg: Message) -> str:
     return key.rpartition("/")[0] if msg.topic in (topics.CALLS, topics.PROGRESS) else key
 
 
+def decode_messages(msgs: list[Message], max_bytes: int | None = None) -> list[CallBatch | dict | WireError]:
+    """`decode_message` over many messages (what one poll returned, a chunk of a capture):
+    per message its result or the `WireError` it raises. The call batches of all of them are
+    validated in one numpy pass (`wire.check_batches`), which costs about what one batch's
+    check does: the per-message cost is the header and key only."""
+    out: list = [None] * len(msgs)
+    calls, values, comms = [], [], []
+    for i, msg in enumerate(msgs):
+        try:
+            if msg.topic != topics.CALLS:
+                out[i] = decode_message(msg, max_bytes)
+                continue
+            _envelope_ok(msg, max_bytes)
+            job, comm = _comm_key(msg.key)
+        except WireError as err:
+            out[i] = err
+            continue
+        calls.append((i, job, comm))
+        values.append(msg.value)
+        comms.append(comm)
+    if calls:
+        for (i, job, comm), value, count in zip(calls, values, wire.check_batches(values, comms)):
+            out[i] = count if isinstance(count, WireError) else CallBatch(job, comm, count, value)
+    return out
+
+
+def _envelope_ok(msg: Message, max_bytes: int | None) -> None:
+    if not 0 <= msg.ts_ns < wire.MAX_TS_NS:  # the message's time drives the detectors' clocks
+        raise WireError("bad_time", f"message time {msg.ts_ns} ns is negative or far in the future")
+    if max_bytes is not None and len(msg.value) > max_bytes:
+        raise WireError("oversized", f"value of {len(msg.value)} bytes exceeds the {max_bytes}-byte limit")
+
+
 def decode_message(msg: Message, max_bytes: int | None = None) -> CallBatch | dict:
     """A `CallBatch` for calls, a validated dict for JSON topics; raises `WireError`.
 
@@ -70,10 +103,7 @@ def decode_message(msg: Message, max_bytes: int | None = None) -> CallBatch | di
     One record that breaks a rule refuses the whole message: a producer that writes one
     absurd record is not trusted for the others, and the message goes to the dead-letter
     topic whole, as received, so nothing is silently half-applied."""
-    if not 0 <= msg.ts_ns < wire.MAX_TS_NS:  # the message's time drives the detectors' clocks
-        raise WireError("bad_time", f"message time {msg.ts_ns} ns is negative or far in the future")
-    if max_bytes is not None and len(msg.value) > max_bytes:
-        raise WireError("oversized", f"value of {len(msg.value)} bytes exceeds the {max_bytes}-byte limit")
+    _envelope_ok(msg, max_bytes)
     if msg.topic == topics.CALLS:
         job, comm = _comm_key(msg.key)
         return CallBatch(job, comm, wire.check_batch(msg.value, comm), msg.value)

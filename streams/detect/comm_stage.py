@@ -142,6 +142,10 @@ class CommStage:
             out.extend(self.tick_job(job, now_of(job)))
         return out
 
+    def next_tick_ns(self, job: str) -> int:
+        """The job's time from which `tick_job` does anything again."""
+        return self._job_tick.get(job, 0) + TICK_NS
+
     def tick_job(self, job: str, now: int) -> list[dict]:
         """Time passing for one job's comms (at most once per `TICK_NS` of its time)."""
         if now - self._job_tick.get(job, 0) < TICK_NS:

@@ -43,6 +43,7 @@ from commwatch.settings import Settings
 from commwatch.streams.detect import health
 from commwatch.streams.detect.clock import JobClocks
 from commwatch.streams.detect.comm_stage import CommStage
+from commwatch.streams.detect.job_stage import TICK_NS as JOB_TICK_NS
 from commwatch.streams.detect.job_stage import JobStage
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,11 @@ ROW_FIELDS = ("lag_ms", "last_share", "inside", "offset_ms")
 
 def _never(_job: str) -> bool:
     return False
+
+
+def _due_ref(clock, at_ns: int) -> int:
+    """The reference time from which a job clock's now (`JobClocks.now`) reaches `at_ns`."""
+    return clock.ref + (at_ns - clock.stamp) if at_ns > clock.stamp else -1
 
 
 class Detector:
@@ -68,6 +74,7 @@ class Detector:
         self.ref_ns = 0
         self._windows: deque = deque(maxlen=WINDOW_BACKLOG)
         self._errors: Counter = Counter()
+        self._idle_until = 0  # `tick` has nothing to do for any job before this reference time
         # a job whose input is being caught up on (live: its partitions are behind) is *held*:
         # nothing is concluded for it, and its clock does not run on with the reference
         self.held: Callable[[str], bool] = _never
@@ -94,9 +101,35 @@ class Detector:
     def tick(self, ref_ns: int) -> list[dict]:
         if ref_ns > self.ref_ns:
             self.ref_ns = ref_ns
+        if self.ref_ns < self._idle_until:  # every job's stages would return at once
+            return []
         out = self._local(self.comm_tick(self.ref_ns))
         out.extend(self.job_tick(self.ref_ns))
+        self._idle_until = self._next_due() if self.held is _never else 0
         return out
+
+    def _next_due(self) -> int | float:
+        """The earliest reference time at which a tick does anything for some job: its stage-1
+        or stage-2 tick is due (each at most once per `TICK_NS` of the job's own time). Any
+        message may bring it forward (`_touched`)."""
+        due: int | float = float("inf")
+        comm_clocks, job_clocks = self.comm_clocks._c, self.job_clocks._c
+        for job in self.comm_stage.by_job:
+            c = comm_clocks.get(job)
+            if c is None:
+                return 0
+            due = min(due, _due_ref(c, self.comm_stage.next_tick_ns(job)))
+        for job, js in self.job_stage.jobs.items():
+            c = job_clocks.get(job)
+            if c is not None:
+                due = min(due, _due_ref(c, js.last_tick + JOB_TICK_NS))
+        if any(job not in self.job_stage.jobs for job in job_clocks):
+            return 0  # a job stage 2 forgot: `job_tick` lets it go at once
+        return due
+
+    def _touched(self, job: str) -> None:
+        """A message of `job` moved its clocks or its state: its ticks may be due sooner."""
+        self._idle_until = 0
 
     def _local(self, reports: list[dict]) -> list[dict]:
         out: list[dict] = []
@@ -113,11 +146,16 @@ class Detector:
             job = decoded.job
         else:
             job = decoded["job"]
-        self.comm_clocks.observe(job, msg.ts_ns, ref_ns)
-        now = self.comm_clocks.now(job, ref_ns)
+        clocks = self.comm_clocks
+        clocks.observe(job, msg.ts_ns, ref_ns)
+        now = clocks.now(job, ref_ns)
         out = self._guard(job, self.comm_stage.feed, msg, decoded, now)
         # time passes with the data too: a worker catching up on a backlog ticks as replay does
         out.extend(self._guard(job, self.comm_stage.tick_job, job, now))
+        if out or job not in self.comm_stage.by_job:
+            self._idle_until = 0
+        else:  # only this job's clock moved: its stage-1 tick may be due sooner
+            self._idle_until = min(self._idle_until, _due_ref(clocks._c[job], self.comm_stage.next_tick_ns(job)))
         return self._kept(out)
 
     def _kept(self, reports: list[dict]) -> list[dict]:
@@ -137,6 +175,7 @@ class Detector:
 
     # --- job half ---------------------------------------------------------------------
     def job_feed_report(self, rep: dict, ref_ns: int) -> list[dict]:
+        self._idle_until = 0
         job = rep["job"]
         self.job_clocks.observe(job, int(rep["ts_ns"]), ref_ns)
         now = self.job_clocks.now(job, ref_ns)
@@ -147,6 +186,7 @@ class Detector:
     def job_feed(self, msg: Message, decoded: dict, ref_ns: int) -> list[dict]:
         """Stage 2 for one topology/steps/hw message."""
         self.stats["messages"] += 1
+        self._idle_until = 0
         job = decoded.get("job") or message_job(msg)
         self.job_clocks.observe(job, msg.ts_ns, ref_ns)
         now = self.job_clocks.now(job, ref_ns)
