@@ -1,0 +1,76 @@
+"""Columnar ingest: many messages decoded together, ticks skipped while nothing is due,
+heartbeats folded in behind a comm's pending records. Each is a shortcut that must give
+what the message-by-message path gives."""
+
+import json
+
+import numpy as np
+
+from commwatch import topics, wire
+from commwatch.capture import Message
+from commwatch.decode import CallBatch, decode_message, decode_messages
+from commwatch.producers.simulate import JobSpec, parse_fault, simulate
+from commwatch.streams.detect import CommStage, Detector
+from commwatch.wire import WireError
+from detect_jobs import S, T0
+
+
+def _outcome(fn):
+    try:
+        res = fn()
+    except WireError as err:
+        return ("error", err.reason, err.detail)
+    if isinstance(res, CallBatch):
+        return ("calls", res.job, res.comm, res.count, bytes(res.value))
+    if isinstance(res, WireError):
+        return ("error", res.reason, res.detail)
+    return ("json", json.dumps(res, sort_keys=True))
+
+
+def _hostile(msgs: list[Message]) -> list[Message]:
+    """The simulator's messages with some call batches and heartbeats broken."""
+    out = []
+    for i, m in enumerate(msgs):
+        if m.topic == topics.CALLS and i % 7 == 3:
+            recs = wire.decode_batch(m.value).copy()
+            recs["rank"][len(recs) // 2] = 10**9  # one absurd record refuses its whole batch
+            m = m._replace(value=wire.encode_batch(recs))
+        elif m.topic == topics.CALLS and i % 11 == 5:
+            m = m._replace(value=m.value[:-3])  # truncated
+        elif m.topic == topics.CALLS and i % 13 == 6:
+            m = m._replace(key=m.key.rpartition("/")[0] + "/0123456789abcdef")  # the key names another comm
+        elif m.topic == topics.PROGRESS and i % 5 == 2:
+            m = m._replace(value=m.value.replace(b'"started"', b'"begun"', 1))
+        out.append(m)
+    return out
+
+
+def test_decoding_many_messages_together_gives_what_decoding_each_gives(settings):
+    msgs = _hostile(list(simulate(JobSpec(job="j", tp=2, pp=2, dp=2, duration_s=3)).messages()))
+    together = [_outcome(lambda d=d: d) for d in decode_messages(msgs, settings.max_message_bytes)]
+    alone = [_outcome(lambda m=m: decode_message(m, settings.max_message_bytes)) for m in msgs]
+    assert together == alone
+    reasons = {o[1] for o in alone if o[0] == "error"}
+    assert {"bad_rank", "truncated", "comm_mismatch", "missing_field"} <= reasons
+    assert sum(o[0] == "calls" for o in alone) > 100
+
+
+def _events(det: Detector, msgs: list[Message]) -> list[dict]:
+    out = []
+    for m in msgs:
+        out += det.feed(m)
+        out += det.tick(m.ts_ns)
+    for k in range(1, 40):
+        out += det.tick(msgs[-1].ts_ns + k * S // 2)
+    return out
+
+
+def test_ticks_skipped_while_nothing_is_due_change_nothing(settings):
+    faults = [parse_fault("slow:rank=5,factor=1.6,at=4s"), parse_fault("hang:rank=2,at=14s")]
+    msgs = list(simulate(JobSpec(job="j", tp=2, pp=2, dp=2, duration_s=20), faults).messages())
+    fast = Detector(settings)
+    every = Detector(settings)
+    every.held = lambda job: False  # not the default: every tick runs in full
+    got, want = _events(fast, msgs), _events(every, msgs)
+    assert {(e["kind"], e["status"]) for e in want} >= {("hang", "open"), ("slow_rank", "open")}
+    assert got == want
