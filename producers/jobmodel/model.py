@@ -274,6 +274,8 @@ def truth(run: JobRun) -> list[dict]:
         if isinstance(f, (F.HostHang, F.Crash, F.StuckCompletion)):
             waits = [t for t in blocked if t < end]
             onset = max(f.at_s, min(waits)) if waits else f.at_s
+            if isinstance(f, F.StuckCompletion):  # seen from its first completion never reported, not
+                onset = f.at_s  # from the peers' first wait (its host blocks `host_after_s` later)
             extra = {"exited": True} if isinstance(f, F.Crash) else {"stuck_completion": True} \
                 if isinstance(f, F.StuckCompletion) else {}
             out.append(entry("hang", name, f.at_s, onset, [f.rank], expect=bool(waits), **extra))
