@@ -43,3 +43,16 @@ def test_a_whole_tensor_parallel_group_slow_in_a_phase_names_nobody():
     assert found == {}
     alone = _run(lambda r, it: {"forward_ms": 450.0 if r == 4 and it >= 4 else 300.0, "backward_ms": 500.0}, world=32)
     assert set(alone) == {4}
+
+
+def test_medians_of_the_others_are_what_statistics_gives():
+    import random
+    import statistics
+
+    from commwatch.streams.detect.steps import _medians_of_others
+
+    rng = random.Random(7)
+    for n in range(2, 30):
+        for _ in range(50):
+            v = [rng.choice([rng.random(), 1.0, 2.0, float(rng.randint(0, 5))]) for _ in range(n)]
+            assert _medians_of_others(v) == [statistics.median(v[:i] + v[i + 1:]) for i in range(n)]
