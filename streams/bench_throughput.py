@@ -2,11 +2,14 @@
 
 Three measurements, printed as a table (JSON with --json):
 
-- replay: the detector core (`Detector`) over a simulated job of 1k, 8k and 32k ranks on
-  one core. The messages are generated into memory first (not timed); then every message
-  is fed and time advanced with it, exactly as `commwatch replay` does. Call records/s by
-  process CPU time and by wall time; the process RSS growth while the detector ran, and
-  the bytes of the detector's state at the end (`deep_size`, per 1k ranks).
+- replay: the detector core (`Detector`) over a simulated job of 32, 1k, 8k and 32k ranks
+  on one core. The messages are generated into memory first (not timed); then they are
+  decoded alone, detected alone (decoded beforehand) and both, exactly as `commwatch replay`
+  does (chunks decoded together, every message fed and time advanced with it). Call
+  records/s by process CPU time (and by wall time for both); the process RSS growth while
+  the detector ran, and the bytes of the detector's state at the end (`deep_size`, per rank).
+- start-up: `commwatch replay --stats` of a small capture in a fresh interpreter: the time
+  before it reads the file, and records/s after start-up and in all.
 - bounded: the bytes the detector holds (every object it reaches) after a 10-minute and a
   1-hour run of the same small job (10 and 15 minutes with --quick): about equal if its
   state is bounded.
@@ -42,9 +45,12 @@ import numpy as np
 import psutil
 
 from commwatch import topics
+from commwatch.capture import CaptureWriter
+from commwatch.decode import decode_messages
 from commwatch.producers.simulate import JobSpec, parse_fault, simulate
 from commwatch.settings import Settings
 from commwatch.streams.detect import Detector
+from commwatch.wire import WireError
 
 SHAPES = {1024: (8, 4, 32), 8192: (8, 8, 128), 32768: (8, 8, 512)}  # ranks -> (tp, pp, dp)
 WARM_TIMEOUT_S = 120.0
@@ -71,6 +77,12 @@ def shape(ranks: int) -> tuple[int, int, int]:
 
 # ------------------------------------------------------------------------------ replay
 def replay_run(settings: Settings, ranks: int, records: float) -> dict:
+    """One simulated job through the detector core, on this process's one core: decode
+    alone, detect alone (on messages decoded beforehand) and both (as `commwatch replay`
+    does: chunks decoded together, then fed in time order); CPU seconds of each."""
+    import river.drift  # noqa: F401  imported on a rank's first hot window: start-up's cost, not the rate's
+    from commwatch.streams.replay import CHUNK
+
     tp, pp, dp = shape(ranks)
     sim_s = max(0.5, round(records / (ranks * CALLS_PER_RANK_S), 2))
     spec = JobSpec(job="bench", tp=tp, pp=pp, dp=dp, duration_s=sim_s)
@@ -78,30 +90,74 @@ def replay_run(settings: Settings, ranks: int, records: float) -> dict:
     t0 = time.perf_counter()
     msgs = list(sim.messages())
     gen_s = time.perf_counter() - t0
+    chunks = [msgs[i:i + CHUNK] for i in range(0, len(msgs), CHUNK)]
+    gc.collect()
+    c0 = time.process_time()
+    decoded = [d for chunk in chunks for d in decode_messages(chunk, settings.max_message_bytes)]
+    decode_cpu = time.process_time() - c0
+    refused = sum(isinstance(d, WireError) for d in decoded)
+    det = Detector(settings)
+    c0 = time.process_time()
+    for m, d in zip(msgs, decoded):
+        det.feed_decoded(m, d)
+        det.tick(m.ts_ns)
+    det.tick(msgs[-1].ts_ns + 1)
+    detect_cpu = time.process_time() - c0
+    del decoded, det
     gc.collect()
     proc = psutil.Process()
     rss0 = proc.memory_info().rss
     det = Detector(settings)
     incidents = 0
     c0, w0 = time.process_time(), time.perf_counter()
-    for m in msgs:
-        incidents += len(det.feed(m)) + len(det.tick(m.ts_ns))
+    for chunk in chunks:
+        for m, d in zip(chunk, decode_messages(chunk, settings.max_message_bytes)):
+            if not isinstance(d, WireError):
+                incidents += len(det.feed_decoded(m, d))
+            incidents += len(det.tick(m.ts_ns))
     incidents += len(det.tick(msgs[-1].ts_ns + 1))
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
     rss = proc.memory_info().rss - rss0
     n = det.stats["records"]
-    del msgs
+    del msgs, chunks
     det.window_stats()  # drained as the ClickHouse sink drains them
     state = deep_size(det)
     return {
         "ranks": ranks, "tp": tp, "pp": pp, "dp": dp, "sim_s": sim_s, "messages": det.stats["messages"],
         "records": n, "records_per_message": round(n / max(1, sim.stats.by_topic[topics.CALLS]), 1),
-        "generate_s": round(gen_s, 2), "cpu_s": round(cpu, 2), "wall_s": round(wall, 2),
+        "refused": refused, "generate_s": round(gen_s, 2),
+        "decode_cpu_s": round(decode_cpu, 2), "detect_cpu_s": round(detect_cpu, 2),
+        "decode_records_per_cpu_s": round(n / decode_cpu), "detect_records_per_cpu_s": round(n / detect_cpu),
+        "cpu_s": round(cpu, 2), "wall_s": round(wall, 2),
         "records_per_cpu_s": round(n / cpu), "records_per_wall_s": round(n / wall),
         "rss_growth_mb": round(rss / 2**20, 1), "state_mb": round(state / 2**20, 1),
         "state_mb_per_1k_ranks": round(state / 2**20 / (ranks / 1024), 2),
+        "state_kb_per_rank": round(state / 1024 / ranks, 1),
         "incidents": incidents,
     }
+
+
+def startup_run(settings: Settings, ranks: int = 32, sim_s: float = 10.0) -> dict:
+    """`commwatch replay --stats` of a small capture in a fresh interpreter: its wall time in
+    all, and what of it was start-up (the interpreter and imports, before reading the file)."""
+    tp, pp, dp = shape(ranks)
+    with tempfile.TemporaryDirectory(prefix="cw-bench-") as d:
+        path = Path(d) / "small.cwcap"
+        sim = simulate(JobSpec(job="small", tp=tp, pp=pp, dp=dp, duration_s=sim_s))
+        with CaptureWriter(path) as w:
+            for m in sim.messages():
+                w.write(m)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("COMMWATCH_")}
+        t0 = time.perf_counter()
+        res = subprocess.run([sys.executable, "-m", "commwatch.cli", "replay", "--stats", str(path)], env=env,
+                             capture_output=True, text=True, check=True)
+        total = time.perf_counter() - t0
+    m = re.search(r"read ([0-9.]+) s, detect ([0-9.]+) s", res.stderr)
+    read_s, detect_s = (float(m.group(1)), float(m.group(2))) if m else (0.0, 0.0)
+    return {"ranks": ranks, "sim_s": sim_s, "records": sim.stats.records, "total_s": round(total, 2),
+            "startup_s": round(total - read_s - detect_s, 2), "read_s": read_s, "detect_s": detect_s,
+            "records_per_s_after_startup": round(sim.stats.records / max(1e-9, read_s + detect_s)),
+            "records_per_s_in_all": round(sim.stats.records / total)}
 
 
 def deep_size(obj, seen: set[int] | None = None) -> int:
@@ -371,12 +427,13 @@ def live(settings: Settings, quick: bool) -> list[dict]:
 
 # ------------------------------------------------------------------------------ command
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    sizes = [int(x) for x in args.ranks.split(",")] if args.ranks else [1024, 8192] if args.quick else [
-        1024, 8192, 32768]
+    sizes = [int(x) for x in args.ranks.split(",")] if args.ranks else [32, 1024, 8192] if args.quick else [
+        32, 1024, 8192, 32768]
     records = args.records or (1.5e5 if args.quick else 2.5e6)
     result: dict = {"machine": f"{os.cpu_count()} cpu, {psutil.virtual_memory().total / 2**30:.0f} GiB",
                     "load_avg_1m": round(os.getloadavg()[0], 2),
                     "replay": [replay_run(settings, r, records) for r in sizes],
+                    "startup": startup_run(settings),
                     "bounded": bounded_run(settings, 600.0, 1.5 if args.quick else 6.0)}
     if not args.skip_live:
         result["live"] = live(settings, args.quick)
@@ -389,12 +446,20 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 def print_table(res: dict) -> None:
     print(f"machine: {res['machine']}, load average {res['load_avg_1m']} at start")
-    print("\ndetector core, replay, one core")
-    cols = ("ranks", "sim_s", "records", "records_per_message", "cpu_s", "wall_s", "records_per_cpu_s",
-            "records_per_wall_s", "rss_growth_mb", "state_mb", "state_mb_per_1k_ranks")
-    print("  ".join(f"{c:>12}" for c in cols))
+    print("\ndetector core, replay, one core (records/s per CPU second; both = decode + detect as replay runs them)")
+    cols = ("ranks", "sim_s", "records", "records_per_message", "decode_records_per_cpu_s",
+            "detect_records_per_cpu_s", "records_per_cpu_s", "records_per_wall_s", "rss_growth_mb", "state_mb",
+            "state_kb_per_rank")
+    heads = ("ranks", "sim_s", "records", "rec/msg", "decode/s", "detect/s", "both/s", "both/wall s", "rss+ MiB",
+             "state MiB", "KiB/rank")
+    print("  ".join(f"{c:>11}" for c in heads))
     for row in res["replay"]:
-        print("  ".join(f"{row[c]:>12}" for c in cols))
+        print("  ".join(f"{row[c]:>11}" for c in cols))
+    st = res["startup"]
+    print(f"\nstart-up: `commwatch replay` of a {st['ranks']}-rank capture ({st['records']} records, {st['sim_s']:g} s): "
+          f"{st['total_s']} s in all, {st['startup_s']} s before reading it (interpreter, imports), read "
+          f"{st['read_s']} s, detect {st['detect_s']} s: {st['records_per_s_after_startup']:,} records/s after "
+          f"start-up, {st['records_per_s_in_all']:,} in all")
     b = res["bounded"]
     print(f"\nstate bound, {b['ranks']} ranks: retained {b['short']['retained_kb']} KiB after {b['short']['sim_s']:g} s "
           f"({b['short']['records']} records), {b['long']['retained_kb']} KiB after {b['long']['sim_s']:g} s "

@@ -84,9 +84,7 @@ class RankModel:
         if self.kind != "river":
             return False
         if self.ph is None:
-            from river import drift
-
-            self.ph = drift.PageHinkley(min_instances=PH_MIN, delta=self.impact / 4, threshold=2 * self.impact,
+            self.ph = _page_hinkley()(min_instances=PH_MIN, delta=self.impact / 4, threshold=2 * self.impact,
                                         mode="up")
         self.ph.update(ratio)
         return bool(self.ph.drift_detected)
@@ -95,3 +93,25 @@ class RankModel:
         """No ratio this evaluation (a comm stale or untimed): a streak does not carry over."""
         self.streak = self.fast = 0
         self.hot_since = 0
+
+
+def _page_hinkley() -> type:
+    """river's `PageHinkley`. Importing `river.drift` imports every detector of the package,
+    KSWIN's scipy.stats among them (about 1 s, paid at a rank's first hot window, most of a
+    small replay's time): only the module of `PageHinkley` is loaded, from river's own file."""
+    import importlib.util
+    import sys
+
+    name = "commwatch_river_page_hinkley"
+    mod = sys.modules.get(name)
+    if mod is None:
+        try:
+            import river
+
+            spec = importlib.util.spec_from_file_location(name, f"{river.__path__[0]}/drift/page_hinkley.py")
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            sys.modules[name] = mod
+        except (ImportError, OSError, AttributeError):  # another layout of river: the package itself
+            from river import drift as mod
+    return mod.PageHinkley
