@@ -309,6 +309,10 @@ class JobStage:
         # a rank silent for the threshold is hung once others have waited on it that long too
         an = waits.analyse(current, now_ns, thr, exited | set(stuck) | left)
         js.analysis = an
+        # comms with a call entered and not completed whose wait is not reported yet (it is,
+        # once waited in for a second): a member silent there may be inside that call
+        unreported = {c for c, rep in js.comms.items() if c not in js.waits and not rep.get("p2p_only")
+                      and rep.get("s", -1) > rep.get("d", -1)}
         roots = []
         for r, (comm, seq, op, p2p) in sorted(an.roots.items()):
             node = js.node_of.get(r)
@@ -321,6 +325,8 @@ class JobStage:
             elif r in stuck:
                 reason = "completion_stuck"
             elif now_ns - self.silent_since(js, r, now_ns) >= thr:
+                if any(r in js.members.get(c, ()) for c in unreported):
+                    continue  # maybe blocked in a call of it, behind someone else: not known hung yet
                 reason = "silent"
             else:
                 continue  # still progressing elsewhere: slow, not hung (the slow detectors judge it)

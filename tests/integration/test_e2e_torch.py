@@ -80,7 +80,7 @@ def test_hang_is_named_from_device_timed_records(kafka_settings, tmp_path):
                               "--scripted-device"], "hang", 45)
     hangs = [a for a in alerts if a["kind"] == "hang"]
     assert hangs, f"no hang incident; alerts: {alerts}"
-    assert hangs[0]["culprit_ranks"] == [2] and hangs[0]["job"] == "e2e-dev"  # not its waiting pair peer 3
+    assert hangs[0]["culprit_ranks"] == [2] and hangs[0]["job"] == "e2e-dev", json.dumps(hangs[0])  # not its waiting pair peer 3
     got = consume(s, [topics.CALLS], lambda g: len(g) >= 20, timeout_s=20)
     recs = [r for _, _, v in got for r in wire.decode_batch(v) if r["kind"] == wire.KIND_CALL]
     flags = {int(r["flags"]) for r in recs}

@@ -108,3 +108,35 @@ def test_p2p_hang_names_the_peer_that_never_posted_its_recv(settings):
     (inc,) = j.opened()
     assert inc["kind"] == "hang" and inc["culprit_ranks"] == [4] and inc["culprit_nodes"] == ["n1"]
     assert inc["incident"] == f"j1-hang-{PP:016x}-p2p3" and "never entered Recv #3" in inc["summary"]
+
+
+
+def test_a_rank_blocked_in_a_call_whose_wait_is_not_reported_yet_is_not_named(settings):
+    """Rank 2 hangs before the pair's call #9; rank 3 is inside it, ranks 0 and 1 wait in the
+    world comm for both. The pair's wait reports reach stage 2 late (seen in a loaded live
+    run: stage 1 reports a wait once it is a second old, counted from the comm's last
+    completion as it arrived): until they do, the pair's comm report says a call is entered
+    and not completed, so rank 3 may be inside it and is not named; then rank 2 alone is."""
+    import json
+
+    from commwatch.decode import decode_message
+    from commwatch.streams.detect import CommStage, JobStage
+
+    pair, world = 0xC3, 0xD4
+    j = HandJob(settings, {pair: [2, 3], world: [0, 1, 2, 3]}, {0: "n0", 1: "n0", 2: "n1", 3: "n1"})
+    steps(j, 8)
+    t = j.now + S
+    j.collective(pair, 9, {3: t}, None)
+    j.collective(world, 9, {0: t + 10 * MS, 1: t + 10 * MS}, None)
+    j.heartbeats(t + 12 * S)
+    stage1, stage2 = CommStage(settings), JobStage(settings)
+    named = []
+    for msg in j.sent:
+        reports = stage1.feed(msg, decode_message(msg), msg.ts_ns) + stage1.tick(lambda job: msg.ts_ns)
+        for rep in reports:
+            if rep["type"] == "wait" and rep["comm"] == f"{pair:016x}" and msg.ts_ns < t + 8 * S:
+                continue  # the pair's wait, late
+            named += stage2.feed_report(json.loads(json.dumps(rep)), msg.ts_ns)
+        named += stage2.tick(lambda job: msg.ts_ns)
+    hangs = [i for i in named if i["kind"] == "hang"]
+    assert hangs and all(i["culprit_ranks"] == [2] for i in hangs)
