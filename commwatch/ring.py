@@ -209,13 +209,7 @@ class RingWriter:
     def abandon(self) -> None:
         """In a forked child: let go of the parent's file without touching it (the mapping
         and the descriptor both hold the parent's lock)."""
-        try:
-            self.mm.close()
-        except (BufferError, ValueError):
-            pass
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        _release(self)
 
     def close(self, unlink: bool = False) -> None:
         """Unmap; with `unlink` (finalising), say `closed`, remove the file, and release the
@@ -242,6 +236,17 @@ class RingWriter:
 
 
 _WRITERS: "weakref.WeakSet[RingWriter]" = weakref.WeakSet()
+
+
+def _release(ring: RingWriter | RingReader) -> None:
+    """Unmap a ring and close its descriptor (a live view of the mapping keeps it mapped)."""
+    try:
+        ring.mm.close()
+    except (BufferError, ValueError):
+        pass
+    if ring.fd >= 0:
+        os.close(ring.fd)
+        ring.fd = -1
 
 
 def _abandon_in_child() -> None:
@@ -439,10 +444,4 @@ class RingReader:
     def close(self) -> None:
         """Unmap and close (which releases the lock if this reader took it)."""
         del self.header, self.header32, self.slots
-        try:
-            self.mm.close()
-        except (BufferError, ValueError):
-            pass
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        _release(self)
