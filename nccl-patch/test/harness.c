@@ -149,6 +149,7 @@ int main(int argc, char** argv) {
     {"rank sources and file naming", scenario_rank_sources},
     {"plugin reload: a new ring per load", scenario_reload},
     {"clock: record times agree with CLOCK_REALTIME (tsc and realtime)", scenario_clock},
+    {"recorded: event sequences of a real NCCL replayed, records as on the GPU", scenario_recorded},
   };
   const int n = (int)(sizeof(scenarios) / sizeof(scenarios[0]));
   const char* keep = getenv("COMMWATCH_RING_DIR");

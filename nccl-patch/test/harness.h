@@ -80,5 +80,7 @@ void scenario_bad_env(void);
 void scenario_rank_sources(void);
 void scenario_reload(void);
 void scenario_clock(void);
+/* scenarios (sc_recorded.c) */
+void scenario_recorded(void);
 
 #endif /* COMMWATCH_HARNESS_H_ */

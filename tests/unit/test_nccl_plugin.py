@@ -28,7 +28,8 @@ RING_HEADER = np.dtype([("magic", "S8"), ("version", "<u4"), ("record_size", "<u
                         ("commit_index", "<u8"), ("reserved1", "V120")])
 SEM_COMMS = {0xA1A1A1A1A1A1A1A1: (4, 1, 1), 0xB2B2B2B2B2B2B2B2: (8, 2, 2), 0xC3C3C3C3C3C3C3C3: (2, 0, 1)}
 SEM_ITERS = 200
-SCENARIOS = 17
+SCENARIOS = 18
+RECORDED = NCCL_PATCH / "test" / "recorded"
 # Per iteration and comm: AllReduce, AllGather (no kernel channels), Broadcast, ReduceScatter,
 # Send, Recv. Five get an entry and a completion record, the AllGather one record.
 SEM_RECORDS_PER_ITER = 11
@@ -65,8 +66,34 @@ def test_make_test_passes(harness_run):
     assert "exports: ncclProfiler_v4 ncclProfiler_v5 ncclProfiler_v6" in proc.stdout
     for name in ("fewer channel events than nChannels", "zero channels", "proxy and network events",
                  "graph-captured operations", "channels that never stop", "abort at finalize",
-                 "interleaved: 3 comms on 3 threads", "ring lifecycle", "fork:"):
+                 "interleaved: 3 comms on 3 threads", "ring lifecycle", "fork:",
+                 "recorded: event sequences of a real NCCL replayed"):
         assert f"PASS {name}" in proc.stdout, name
+    # every trace recorded under NCCL 2.28.9 on an H100 replays to the records the GPU run wrote
+    traces = sorted(p.name[: -len(".trace")] for p in RECORDED.glob("*.trace"))
+    assert len(traces) == 7
+    for base in traces:
+        assert f"  recorded {base}: " in proc.stdout and f"recorded {base}: 0 records" not in proc.stdout, base
+    assert "DIFFERENT" not in proc.stdout
+
+
+@needs_toolchain
+def test_recorder_forwards_every_call_and_writes_the_trace(tmp_path):
+    """The recorder (test/recorder.c) in front of the plugin: the harness's interleaved scenario
+    passes through it unchanged, and the trace holds each kind of call."""
+    subprocess.run(["make", "-s", "-C", str(NCCL_PATCH), "recorder", "build/harness"], check=True, timeout=300)
+    build = NCCL_PATCH / "build"
+    trace = tmp_path / "h.trace"
+    env = dict(os.environ, COMMWATCH_RECORD_PLUGIN=str(build / "libnccl-profiler-commwatch.so"),
+               COMMWATCH_RECORD_FILE=str(trace), COMMWATCH_RING_DIR=str(tmp_path / "rings"))
+    proc = subprocess.run([str(build / "harness"), str(build / "libnccl-profiler-commwatch-recorder.so"),
+                           "interleaved: 3 comms"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "harness: 1 of 1 scenarios passed" in proc.stdout, proc.stdout + proc.stderr
+    lines = trace.read_text().splitlines()
+    assert lines[0] == "V 5"
+    kinds = {line[0] for line in lines[1:]}
+    assert kinds == {"I", "S", "E", "R", "F"}
+    assert sum(line.startswith("I ") for line in lines) == 3
 
 
 @needs_toolchain

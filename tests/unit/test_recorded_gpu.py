@@ -1,0 +1,129 @@
+"""Probe output RECORDED on a real GPU (H100, NCCL 2.28.9, torch 2.11; how: nccl-patch/gpu/record.sh,
+what: nccl-patch/test/recorded/README.md), checked for the wire contract's completion semantics and
+replayed through the node agent model and the detector.
+
+Two ranks ran on one GPU as two NCCL hosts (a distinct NCCL_HOSTID each, socket transport), so
+their collectives ran real NCCL kernels with real waits: in `hang-*` rank 1 stopped for 8 s
+before an iteration while rank 0 kept enqueueing; in `slow-*` rank 1 spent 40 ms more per step on
+the host. `*-nccl` rings were written by the profiler plugin, `*-hook` rings by the PyTorch hook.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from commwatch import wire
+from commwatch.producers.jobmodel import recorded
+from commwatch.settings import Settings
+from commwatch.streams.detect import Detector
+
+DIR = Path(__file__).resolve().parents[2] / "nccl-patch" / "test" / "recorded"
+S = 1_000_000_000
+ENTRY = wire.FLAG_ENQUEUED
+GPU_DONE = wire.FLAG_COMPLETED | wire.FLAG_GPU_TIMED
+
+
+def calls(name: str, rank: int) -> np.ndarray:
+    r = recorded.load(DIR, name).calls[rank]
+    return r[r["kind"] == wire.KIND_CALL]
+
+
+def pairs(recs: np.ndarray) -> dict[tuple, list[np.void]]:
+    out: dict[tuple, list] = {}
+    for r in recs:
+        out.setdefault((int(r["comm"]), int(r["op"]) if r["op"] in wire.P2P_OPS else -1, int(r["peer"]) if
+                        r["op"] in wire.P2P_OPS else -1, int(r["seq"])), []).append(r)
+    return out
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_plugin_on_real_nccl_enters_at_enqueue_and_completes_from_the_gpu(rank):
+    recs = calls("sem-ws2", rank)
+    log = recorded.load(DIR, "sem-ws2").logs[rank]
+    by_call = pairs(recs)
+    assert len(by_call) == 37  # 34 collectives on 3 comms, 3 sends and receives
+    for key, rs in by_call.items():
+        flags = sorted(int(r["flags"]) & ~wire.FLAG_GRAPH_CAPTURED for r in rs)
+        assert flags == [GPU_DONE, ENTRY], key  # one entry at enqueue, one GPU-timed completion
+        entry = next(r for r in rs if not r["flags"] & wire.FLAG_COMPLETED)
+        done = next(r for r in rs if r["flags"] & wire.FLAG_COMPLETED)
+        assert entry["t_end_ns"] == 0 and done["t_start_ns"] <= done["t_end_ns"]
+        assert done["t_end_ns"] >= entry["t_start_ns"], key  # completion after enqueue
+        assert (entry["flags"] & wire.FLAG_GRAPH_CAPTURED) == (done["flags"] & wire.FLAG_GRAPH_CAPTURED)
+    # the CUDA graph: captured once, replayed three times, each replay an operation of its own
+    graph = recs[(recs["flags"] & wire.FLAG_GRAPH_CAPTURED) != 0]
+    assert len(graph) == 6 and len(np.unique(graph["seq"])) == 3
+    # 256 MiB: the host call returned at once; the GPU finished >100 ms later, and so did the record
+    big = recs[recs["bytes"] == 256 << 20]
+    enq0, enq1 = log["big_enqueued"]
+    assert enq1 - enq0 < 5_000_000
+    done = big[(big["flags"] & wire.FLAG_COMPLETED) != 0][0]
+    assert done["t_end_ns"] - enq1 > 100_000_000
+    assert abs(int(done["t_end_ns"]) - log["big_done"]) < 20_000_000  # GPU clock mapped to the host's
+
+
+def test_plugin_sees_nothing_of_one_rank_comms_under_nccl_2_28():
+    """World size 1: NCCL runs a one-rank comm's collectives without any profiler task event."""
+    r = recorded.load(DIR, "sem-ws1").calls[0]
+    assert set(r["kind"].tolist()) == {wire.KIND_COMM_INIT, wire.KIND_COMM_DESTROY}
+    assert (r["kind"] == wire.KIND_COMM_INIT).sum() == 3
+
+
+def test_hook_on_real_nccl_times_sync_calls_on_the_gpu_and_async_works_on_the_host():
+    recs = calls("sem-hook", 0)
+    by_call = pairs(recs)
+    kinds = {}
+    for key, rs in by_call.items():
+        flags = tuple(sorted(int(r["flags"]) for r in rs))
+        kinds[flags] = kinds.get(flags, 0) + 1
+        done = [r for r in rs if r["flags"] & wire.FLAG_COMPLETED]
+        entry = [r for r in rs if not r["flags"] & (wire.FLAG_COMPLETED | wire.FLAG_COMPLETION_LOST)]
+        assert len(entry) == 1 and entry[0]["flags"] & wire.FLAG_ENQUEUED, key
+        for d in done:
+            assert d["t_end_ns"] >= entry[0]["t_start_ns"] and d["t_end_ns"] >= d["t_start_ns"], key
+    lost = wire.FLAG_ENQUEUED | wire.FLAG_COMPLETION_LOST | wire.FLAG_GRAPH_CAPTURED
+    assert kinds == {
+        (GPU_DONE, ENTRY): 29,  # synchronous calls: device events around them
+        (ENTRY, ENTRY | wire.FLAG_COMPLETED): 5,  # async works (3 all_reduce, batched send+recv): host-seen
+        (ENTRY | wire.FLAG_GRAPH_CAPTURED, lost): 1,  # the capture: given up (replays never reach Python)
+    }
+    big = recs[(recs["bytes"] == 256 << 20) & ((recs["flags"] & wire.FLAG_GPU_TIMED) != 0)][0]
+    log = recorded.load(DIR, "sem-hook").logs[0]
+    assert big["t_end_ns"] - log["big_enqueued"][1] > 100_000_000
+
+
+def run_detector(name: str) -> tuple[recorded.Recording, list[dict]]:
+    rec = recorded.load(DIR, name)
+    det = Detector(Settings.load())
+    events = []
+    for m in recorded.publish(rec):
+        events += det.feed(m)
+        events += det.tick(m.ts_ns)
+    return rec, events
+
+
+@pytest.mark.parametrize("name", ["hang-nccl", "hang-hook"])
+def test_recorded_hang_names_the_rank_that_stopped_once(name):
+    rec, events = run_detector(name)
+    fault = rec.fault()
+    opened = [e for e in events if e["status"] == "open"]
+    assert [(e["kind"], e["severity"], e["culprit_ranks"]) for e in opened] == [("hang", "P0", [1])]
+    assert fault["start_ns"] + 5 * S <= opened[0]["opened_ns"] < fault["end_ns"]
+    assert [e["status"] for e in events] == ["open", "resolved"]  # resolved once the job moved on
+
+
+@pytest.mark.parametrize("name", ["slow-nccl", "slow-hook"])
+def test_recorded_host_straggler_is_the_only_rank_named(name):
+    rec, events = run_detector(name)
+    assert events and all(e["kind"] == "slow_rank" and e["culprit_ranks"] == [1] for e in events)
+    assert all(e["severity"] in ("P2", "P3") for e in events)  # ~30 % slower: not a page
+    assert min(e["opened_ns"] for e in events) > rec.fault()["start_ns"]
+
+
+@pytest.mark.parametrize("name", ["sem-ws1", "sem-ws2", "sem-hook"])
+def test_recorded_healthy_runs_raise_nothing(name):
+    _, events = run_detector(name)
+    assert events == []
