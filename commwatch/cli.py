@@ -127,4 +127,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # `python -m commwatch.cli`: run the importable module's `main`, whose ARGV the lazy
+    # subcommands (`bench NAME`) read; this __main__ copy's globals are not theirs
+    from commwatch.cli import main as _main
+
+    sys.exit(_main())

@@ -1,9 +1,11 @@
 #!/bin/bash
 # Records what the probes see under a real NCCL on one GPU, and the overhead table.
-# usage: nccl-patch/gpu/record.sh OUTDIR   (on a machine with a GPU, PyTorch and NCCL)
+# usage: nccl-patch/gpu/record.sh OUTDIR [record|overhead|all]
+#   (on a machine with a GPU, PyTorch and NCCL; default all)
 # Writes OUTDIR/record.tgz (traces, ring contents, logs) and prints a summary.
 set -u
-OUT=${1:?usage: record.sh OUTDIR}
+OUT=${1:?usage: record.sh OUTDIR [record|overhead|all]}
+WHAT=${2:-all}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 W=/tmp/cw-record
 rm -rf "$W" /dev/shm/cw-record && mkdir -p "$W" "$OUT"
@@ -46,6 +48,7 @@ run() {
   echo "$(date +%T) $name world=$world probe=$probe $scenario rc=$rc: $(tail -c 300 "$W/$name.0.out" | tail -1 | cut -c1-200)"
 }
 
+if [[ $WHAT == record || $WHAT == all ]]; then
 NCCL_DEBUG=INFO run sem-ws1 1 recorder semantics
 grep -h "PROFILER\|commwatch" "$W/sem-ws1.0.out" | head -5
 run sem-ws2 2 recorder semantics
@@ -54,19 +57,24 @@ run slow-nccl 2 recorder slow --steps 250 --compute 10 --dim 4096 --fault-at 60 
 run hang-hook 2 hook hang --steps 200 --compute 10 --dim 4096 --fault-at 60 --fault-s 8
 run slow-hook 2 hook slow --steps 250 --compute 10 --dim 4096 --fault-at 60 --slow-s 0.04
 run sem-hook 2 hook semantics
-for round in 1 2; do
+fi
+if [[ $WHAT == overhead || $WHAT == all ]]; then
+# a step of ~50 ms of matmuls (two ranks share the GPU: ~100 ms) and 16 gradient all_reduce
+# of 1 MiB; rounds alternate the probes so that drift of the machine spreads over all three
+for round in 1 2 3; do
   for probe in none plugin hook; do
-    run train-ws1-$probe-$round 1 $probe train --steps 400 --compute 2
-    run train-ws2-$probe-$round 2 $probe train --steps 300 --compute 2
+    run train-ws1-$probe-$round 1 $probe train --steps 150 --compute 20 --dim 4096 --buckets 16 --bucket-kib 1024
+    run train-ws2-$probe-$round 2 $probe train --steps 100 --compute 20 --dim 4096 --buckets 16 --bucket-kib 1024
   done
 done
+fi
 python3 - "$W" <<'PY'
 import json, sys, glob, os
 w = sys.argv[1]
-print(f"{'run':24} {'step ms':>9} {'p10':>8} {'p90':>8} {'enqueue us/call':>16}")
+print(f"{'run':24} {'step ms':>9} {'p10':>8} {'p90':>8} {'calls/step':>10} {'enqueue us/call':>16}")
 for f in sorted(glob.glob(f"{w}/train-*.0.log.json")):
     d = json.load(open(f))
-    print(f"{os.path.basename(f)[:-11]:24} {d['step_ms_median']:9.3f} {d['step_ms_p10_p90'][0]:8.3f} {d['step_ms_p10_p90'][1]:8.3f} {d.get('enqueue_us_per_call', 0):16.3f}")
+    print(f"{os.path.basename(f)[:-11]:24} {d['step_ms_median']:9.3f} {d['step_ms_p10_p90'][0]:8.3f} {d['step_ms_p10_p90'][1]:8.3f} {d['calls_per_step']:10d} {d.get('enqueue_us_per_call', 0):16.3f}")
 PY
 ls -la "$W" | head -80
 tar czf "$OUT/record.tgz" -C "$W" .

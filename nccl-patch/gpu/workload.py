@@ -19,7 +19,7 @@ Scenarios:
   default group and on two more groups, async works, P2P (two ranks), collectives from two
   threads on their own streams, a CUDA-graph-captured all_reduce replayed three times and
   one 256 MiB all_reduce;
-- hang: a training loop (matmuls, four gradient all_reduces per step, host synchronised
+- hang: a training loop (matmuls, --buckets gradient all_reduces per step (4 of 4 MiB), host synchronised
   every 4 steps, so the host runs ahead); rank --fault stops for --fault-s seconds before
   iteration --fault-at, then goes on;
 - slow: the same loop; from iteration --fault-at on, rank --fault spends --slow-s more on the
@@ -160,7 +160,7 @@ def loop(a: argparse.Namespace, dev: torch.device, log: dict, hook=None) -> list
     torch.manual_seed(a.rank)
     w = [torch.randn(a.dim, a.dim, device=dev) / a.dim ** 0.5 for _ in range(4)]
     x = torch.randn(a.dim // 4, a.dim, device=dev)
-    grads = [torch.randn(1 << 20, device=dev) for _ in range(4)]
+    grads = [torch.randn(a.bucket_kib * 256, device=dev) for _ in range(a.buckets)]
     steps = []
     sync_every = 1 if a.scenario == "train" else 4
     for it in range(a.steps):
@@ -191,7 +191,7 @@ def loop(a: argparse.Namespace, dev: torch.device, log: dict, hook=None) -> list
         for _ in range(100):
             dist.all_reduce(small)
         torch.cuda.synchronize()
-        n = 3000
+        n = 3000 if a.world == 1 else 200  # two ranks on one GPU: ~4.5 ms a call (time slices)
         t0 = time.perf_counter()
         for _ in range(n):
             dist.all_reduce(small)
@@ -213,6 +213,8 @@ def main() -> None:
     p.add_argument("--compute", type=int, default=4, help="rounds of four matmuls per step")
     p.add_argument("--dim", type=int, default=2048, help="matmul size")
     p.add_argument("--slow-s", type=float, default=0.04)
+    p.add_argument("--buckets", type=int, default=4, help="gradient all_reduce calls per step")
+    p.add_argument("--bucket-kib", type=int, default=4096, help="size of each")
     p.add_argument("--fault", type=int, default=1)
     p.add_argument("--fault-at", type=int, default=20)
     p.add_argument("--fault-s", type=float, default=8.0)
@@ -244,7 +246,7 @@ def main() -> None:
         warm = steps[10:]
         log["step_ms_median"] = round(statistics.median(warm) * 1e3, 4)
         log["step_ms_p10_p90"] = [round(float(np.percentile(warm, q)) * 1e3, 4) for q in (10, 90)]
-        log["calls_per_step"] = 4
+        log["calls_per_step"] = a.buckets
     log["nccl_version"] = ".".join(map(str, torch.cuda.nccl.version()))
     log["torch"] = torch.__version__
     dist.destroy_process_group()
