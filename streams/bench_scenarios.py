@@ -1,12 +1,15 @@
 """The scenarios of `commwatch bench detect`: what is injected, into which job, and what a
 detector should say about it.
 
-Two families. `sim`: the project's simulator (`commwatch.producers.simulate`), as before.
+Three families. `sim`: the project's simulator (`commwatch.producers.simulate`), as before.
 `jobmodel`: the event-level job model (`commwatch.producers.jobmodel`), built apart from
 the detectors: host threads that run ahead of in-order GPU streams, rendezvous, and the
 four probe modes (`gpu`, `enqueue`, `blocking`, `heartbeats_only`), with hangs, crashes,
 stuck completion paths, transport hangs, slow GPUs, jobs that end, several jobs with
-different clocks, and healthy controls.
+different clocks, and healthy controls. `recorded`: probe output recorded on a real GPU
+under NCCL (`nccl-patch/test/recorded/`, two-rank jobs: a hang, a host-side straggler and
+healthy runs, each with the plugin and with the hook), published through the node agent
+model (`jobmodel.recorded`); found only in a source checkout.
 
 Each scenario builds to a `Built`: messages in event-time order (`ts_ns`, stable, as
 `commwatch replay` reads a capture; the three-jobs scenario also in the order a live worker
@@ -18,6 +21,7 @@ a job with a fault) and, for a job that ends, when.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -309,6 +313,47 @@ def _built(runs, controls: list[str], tail_s: float) -> Built:
     return Built(msgs, truth, jobs, tail_s)
 
 
+# --- recorded on a GPU -----------------------------------------------------------------------------
+RECORDED_DIR = Path(__file__).resolve().parents[1] / "nccl-patch" / "test" / "recorded"
+RECORDED = ["hang-nccl", "hang-hook", "slow-nccl", "slow-hook", "sem-ws2", "sem-hook"]
+
+
+def recorded_cases() -> list[Case]:
+    if not RECORDED_DIR.is_dir():
+        return []  # an installed package: the recordings live in the source tree
+    return [Case(f"rec/{name}", "recorded", lambda n=name: build_recorded(n), quick=True, ranks=2,
+                 tags=("healthy",) if name.startswith("sem-") else ()) for name in RECORDED]
+
+
+def build_recorded(name: str) -> Built:
+    """The recording's messages; its truth from the job's own log (which rank stopped or
+    slowed, when) and its step time from rank 0's completions before the fault."""
+    from commwatch.producers.jobmodel import recorded
+
+    rec = recorded.load(RECORDED_DIR, name)
+    msgs = sorted(recorded.publish(rec), key=lambda m: m.ts_ns)
+    fault = rec.fault()
+    calls = rec.calls[0]
+    done = calls[(calls["kind"] == wire.KIND_CALL) & ((calls["flags"] & wire.FLAG_COMPLETED) != 0)]
+    ends = np.sort(done["t_end_ns"])
+    if fault is not None:
+        ends = ends[ends < fault["start_ns"]]
+    per_step = int(rec.logs[0].get("calls_per_step") or 1)
+    step_s = float(np.median(np.diff(ends[::per_step]))) / S if len(ends) > 2 * per_step else 1.0
+    truth = []
+    if fault is not None:
+        f = {"job": name, "ranks": [fault["rank"]], "nodes": [f"{name}-node-{fault['rank']:02d}"], "comm": None,
+             "at_ns": fault["start_ns"], "onset_ns": fault["start_ns"], "expect_incident": True, "step_s": step_s,
+             "mode": "recorded"}
+        if name.startswith("hang-"):
+            truth.append(dict(f, kind="hang", fault="HostPause"))
+        else:
+            slow_s = 0.04  # record.sh: --slow-s 0.04
+            truth.append(dict(f, kind="slow_rank", fault="HostDelay", factor=round(1 + slow_s / step_s, 2)))
+    jobs = {name: JobInfo(step_s, "healthy" if fault is None else "", rec.start_ns, rec.end_ns, mode="recorded")}
+    return Built(msgs, truth, jobs)
+
+
 def all_cases(quick: bool) -> list[Case]:
-    cases = sim_cases() + jobmodel_cases()
+    cases = sim_cases() + jobmodel_cases() + recorded_cases()
     return [c for c in cases if c.quick] if quick else cases
