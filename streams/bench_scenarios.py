@@ -9,7 +9,9 @@ stuck completion paths, transport hangs, slow GPUs, jobs that end, several jobs 
 different clocks, and healthy controls. `recorded`: probe output recorded on a real GPU
 under NCCL (`nccl-patch/test/recorded/`, two-rank jobs: a hang, a host-side straggler and
 healthy runs, each with the plugin and with the hook), published through the node agent
-model (`jobmodel.recorded`); found only in a source checkout.
+model (`jobmodel.recorded`); found only in a source checkout. `gpuhang-*`: a GPU stuck in a
+compute kernel while its host enqueues on, which v1 records cannot attribute (scored as a
+hang of that rank all the same).
 
 Each scenario builds to a `Built`: messages in event-time order (`ts_ns`, stable, as
 `commwatch replay` reads a capture; the three-jobs scenario also in the order a live worker
@@ -315,7 +317,7 @@ def _built(runs, controls: list[str], tail_s: float) -> Built:
 
 # --- recorded on a GPU -----------------------------------------------------------------------------
 RECORDED_DIR = Path(__file__).resolve().parents[1] / "nccl-patch" / "test" / "recorded"
-RECORDED = ["hang-nccl", "hang-hook", "slow-nccl", "slow-hook", "sem-ws2", "sem-hook"]
+RECORDED = ["hang-nccl", "hang-hook", "gpuhang-nccl", "gpuhang-hook", "slow-nccl", "slow-hook", "sem-ws2", "sem-hook"]
 
 
 def recorded_cases() -> list[Case]:
@@ -345,7 +347,7 @@ def build_recorded(name: str) -> Built:
         f = {"job": name, "ranks": [fault["rank"]], "nodes": [f"{name}-node-{fault['rank']:02d}"], "comm": None,
              "at_ns": fault["start_ns"], "onset_ns": fault["start_ns"], "expect_incident": True, "step_s": step_s,
              "mode": "recorded"}
-        if name.startswith("hang-"):
+        if "hang-" in name:  # the host stopped (hang-), or the GPU spun in a kernel (gpuhang-)
             truth.append(dict(f, kind="hang", fault="HostPause"))
         else:
             slow_s = 0.04  # record.sh: --slow-s 0.04

@@ -3,6 +3,7 @@
 # usage: nccl-patch/gpu/record.sh OUTDIR [record|overhead|all]
 #   (on a machine with a GPU, PyTorch and NCCL; default all)
 # Writes OUTDIR/record.tgz (traces, ring contents, logs) and prints a summary.
+# ONLY=REGEX runs only the runs whose name matches.
 set -u
 OUT=${1:?usage: record.sh OUTDIR [record|overhead|all]}
 WHAT=${2:-all}
@@ -26,6 +27,7 @@ PORT=29600
 # run NAME WORLD PROBE SCENARIO [workload args...]; PROBE: none | plugin | recorder | hook
 run() {
   local name=$1 world=$2 probe=$3 scenario=$4; shift 4
+  [[ -n ${ONLY:-} && ! $name =~ $ONLY ]] && return
   PORT=$((PORT + 1))
   local pids=()
   for ((r = 0; r < world; r++)); do
@@ -53,8 +55,10 @@ NCCL_DEBUG=INFO run sem-ws1 1 recorder semantics
 grep -h "PROFILER\|commwatch" "$W/sem-ws1.0.out" | head -5
 run sem-ws2 2 recorder semantics
 run hang-nccl 2 recorder hang --steps 200 --compute 10 --dim 4096 --fault-at 60 --fault-s 8
+run gpuhang-nccl 2 recorder gpuhang --steps 200 --compute 10 --dim 4096 --fault-at 60 --fault-s 8
 run slow-nccl 2 recorder slow --steps 250 --compute 10 --dim 4096 --fault-at 60 --slow-s 0.04
 run hang-hook 2 hook hang --steps 200 --compute 10 --dim 4096 --fault-at 60 --fault-s 8
+run gpuhang-hook 2 hook gpuhang --steps 200 --compute 10 --dim 4096 --fault-at 60 --fault-s 8
 run slow-hook 2 hook slow --steps 250 --compute 10 --dim 4096 --fault-at 60 --slow-s 0.04
 run sem-hook 2 hook semantics
 fi

@@ -22,6 +22,9 @@ Scenarios:
 - hang: a training loop (matmuls, --buckets gradient all_reduces per step (4 of 4 MiB), host synchronised
   every 4 steps, so the host runs ahead); rank --fault stops for --fault-s seconds before
   iteration --fault-at, then goes on;
+- gpuhang: the same loop; before iteration --fault-at rank --fault's GPU spins in a kernel for
+  about --fault-s seconds (`torch.cuda._sleep`) while its host goes on enqueueing: a GPU stuck
+  in compute, which no call probe sees start;
 - slow: the same loop; from iteration --fault-at on, rank --fault spends --slow-s more on the
   host before it launches each step's work (a host-side straggler: data loading, GC); with
   two ranks on one GPU, extra GPU work would slow both ranks alike;
@@ -163,6 +166,7 @@ def loop(a: argparse.Namespace, dev: torch.device, log: dict, hook=None) -> list
     grads = [torch.randn(a.bucket_kib * 256, device=dev) for _ in range(a.buckets)]
     steps = []
     sync_every = 1 if a.scenario == "train" else 4
+    spin = None
     for it in range(a.steps):
         if a.scenario == "hang" and a.rank == a.fault and it == a.fault_at:
             log["fault_start"] = time.time_ns()
@@ -170,6 +174,12 @@ def loop(a: argparse.Namespace, dev: torch.device, log: dict, hook=None) -> list
             log["fault_end"] = time.time_ns()
         if a.scenario == "slow" and a.rank == a.fault and it == a.fault_at:
             log["fault_start"] = time.time_ns()
+        if a.scenario == "gpuhang" and a.rank == a.fault and it == a.fault_at:
+            spin = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            log["fault_start"] = time.time_ns()
+            spin[0].record()
+            torch.cuda._sleep(int(a.fault_s * 1.98e9))  # cycles at the H100's 1.98 GHz
+            spin[1].record()
         t0 = time.perf_counter()
         if hook is not None:
             hook.step(it)
@@ -186,6 +196,8 @@ def loop(a: argparse.Namespace, dev: torch.device, log: dict, hook=None) -> list
             torch.cuda.synchronize()
         steps.append(time.perf_counter() - t0)
     torch.cuda.synchronize()
+    if a.scenario == "gpuhang" and a.rank == a.fault:
+        log["fault_gpu_ms"] = round(spin[0].elapsed_time(spin[1]), 1)
     if a.scenario == "train":  # host time per enqueued call, nothing synchronised in between
         small = torch.randn(256, device=dev)
         for _ in range(100):
@@ -203,7 +215,7 @@ def loop(a: argparse.Namespace, dev: torch.device, log: dict, hook=None) -> list
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("scenario", choices=["semantics", "hang", "slow", "train"])
+    p.add_argument("scenario", choices=["semantics", "hang", "gpuhang", "slow", "train"])
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--world", type=int, default=1)
     p.add_argument("--port", type=int, default=29500)

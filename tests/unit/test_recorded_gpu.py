@@ -5,7 +5,8 @@ replayed through the node agent model and the detector.
 Two ranks ran on one GPU as two NCCL hosts (a distinct NCCL_HOSTID each, socket transport), so
 their collectives ran real NCCL kernels with real waits: in `hang-*` rank 1 stopped for 8 s
 before an iteration while rank 0 kept enqueueing; in `slow-*` rank 1 spent 40 ms more per step on
-the host. `*-nccl` rings were written by the profiler plugin, `*-hook` rings by the PyTorch hook.
+the host; in `gpuhang-*` rank 1's GPU spun 8 s in a kernel while its host went on. `*-nccl` rings
+were written by the profiler plugin, `*-hook` rings by the PyTorch hook.
 """
 
 from __future__ import annotations
@@ -113,6 +114,28 @@ def test_recorded_hang_names_the_rank_that_stopped_once(name):
     assert [(e["kind"], e["severity"], e["culprit_ranks"]) for e in opened] == [("hang", "P0", [1])]
     assert fault["start_ns"] + 5 * S <= opened[0]["opened_ns"] < fault["end_ns"]
     assert [e["status"] for e in events] == ["open", "resolved"]  # resolved once the job moved on
+
+
+@pytest.mark.parametrize("name", ["gpuhang-nccl", "gpuhang-hook"])
+def test_recorded_gpu_stuck_in_compute_is_one_p0_that_names_no_victim(name):
+    """Rank 1's GPU spun 8 s in a kernel while its host went on enqueueing. Both hosts entered the
+    blocked all_reduce and neither completes: wire v1 records cannot say whose GPU started it. Today
+    that is one P0 comm_hang naming no rank (never the victim); naming rank 1 needs a record of the
+    device entering a call (a v2 proposal). After the fact, the GPU-timed completions show it."""
+    rec, events = run_detector(name)
+    opened = [e for e in events if e["status"] == "open"]
+    assert [(e["kind"], e["severity"], e["culprit_ranks"]) for e in opened] == [("comm_hang", "P0", [])]
+    assert opened[0]["opened_ns"] >= rec.fault()["start_ns"] + 5 * S
+    first = {}
+    for rank in (0, 1):
+        c = calls(name, rank)
+        done = c[((c["flags"] & wire.FLAG_GPU_TIMED) != 0) & (c["t_end_ns"] - c["t_start_ns"] > 5 * S)]
+        first[rank] = done  # the blocked all_reduce: on rank 0 its GPU waited inside it for 8 s
+    assert len(first[0]) == 1 and len(first[1]) == 0
+    seq = first[0]["seq"][0]
+    c1 = calls(name, 1)
+    late = c1[(c1["seq"] == seq) & ((c1["flags"] & wire.FLAG_GPU_TIMED) != 0)][0]
+    assert late["t_start_ns"] - first[0]["t_start_ns"][0] > 7 * S  # rank 1's GPU reached it 8 s later
 
 
 @pytest.mark.parametrize("name", ["slow-nccl", "slow-hook"])
