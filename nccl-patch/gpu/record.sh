@@ -61,6 +61,8 @@ run hang-hook 2 hook hang --steps 200 --compute 10 --dim 4096 --fault-at 60 --fa
 run gpuhang-hook 2 hook gpuhang --steps 200 --compute 10 --dim 4096 --fault-at 60 --fault-s 8
 run slow-hook 2 hook slow --steps 250 --compute 10 --dim 4096 --fault-at 60 --slow-s 0.04
 run sem-hook 2 hook semantics
+run ddp-hook 2 hook ddp --steps 30
+run ddp-nccl 2 recorder ddp --steps 30
 fi
 if [[ $WHAT == overhead || $WHAT == all ]]; then
 # a step of ~50 ms of matmuls (two ranks share the GPU: ~100 ms) and 16 gradient all_reduce

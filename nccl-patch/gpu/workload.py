@@ -28,12 +28,15 @@ Scenarios:
 - slow: the same loop; from iteration --fault-at on, rank --fault spends --slow-s more on the
   host before it launches each step's work (a host-side straggler: data loading, GC); with
   two ranks on one GPU, extra GPU work would slow both ranks alike;
+- ddp: DistributedDataParallel on NCCL (two Linear layers of 2048, buckets of 4 MiB), --steps
+  steps with the hook's phases;
 - train: the loop, timed per step (host synchronised every step), for the overhead table.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -159,6 +162,29 @@ def semantics(rank: int, world: int, dev: torch.device, log: dict) -> None:
     log["big_done"] = time.time_ns()
 
 
+def ddp(a: argparse.Namespace, dev: torch.device, log: dict, hook=None) -> None:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    width = 2048
+    net = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, width)).to(dev)
+    model = DDP(net, device_ids=[dev.index], bucket_cap_mb=4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    phase = hook.phase if hook is not None else (lambda name: contextlib.nullcontext())
+    for i in range(a.steps):
+        if hook is not None:
+            hook.step(i)
+        x = torch.randn(512, width, device=dev)
+        with phase("forward"):
+            loss = model(x).square().mean()
+        with phase("backward"):
+            loss.backward()
+        with phase("optimizer"):
+            opt.step()
+            opt.zero_grad()
+        torch.cuda.synchronize()
+
+
 def loop(a: argparse.Namespace, dev: torch.device, log: dict, hook=None) -> list[float]:
     torch.manual_seed(a.rank)
     w = [torch.randn(a.dim, a.dim, device=dev) / a.dim ** 0.5 for _ in range(4)]
@@ -215,7 +241,7 @@ def loop(a: argparse.Namespace, dev: torch.device, log: dict, hook=None) -> list
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("scenario", choices=["semantics", "hang", "gpuhang", "slow", "train"])
+    p.add_argument("scenario", choices=["semantics", "hang", "gpuhang", "slow", "ddp", "train"])
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--world", type=int, default=1)
     p.add_argument("--port", type=int, default=29500)
@@ -253,6 +279,8 @@ def main() -> None:
     log["init_done"] = time.time_ns()
     if a.scenario == "semantics":
         semantics(a.rank, a.world, dev, log)
+    elif a.scenario == "ddp":
+        ddp(a, dev, log, hook)
     else:
         steps = loop(a, dev, log, hook)
         warm = steps[10:]

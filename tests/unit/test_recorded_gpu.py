@@ -96,6 +96,22 @@ def test_hook_on_real_nccl_times_sync_calls_on_the_gpu_and_async_works_on_the_ho
     assert big["t_end_ns"] - log["big_enqueued"][1] > 100_000_000
 
 
+def test_hook_sees_every_ddp_gradient_bucket_on_nccl_that_the_plugin_sees():
+    """DDP on NCCL (2 ranks, buckets of 4 MiB, 30 steps): the hook's comm hook sees every gradient
+    all_reduce NCCL ran, entered at enqueue and completed from its work after it; only DDP's
+    start-up broadcasts and the all_gather of its set-up reach NCCL without Python."""
+    for rank in (0, 1):
+        hook, plugin = calls("ddp-hook", rank), calls("ddp-nccl", rank)
+        ar = lambda r: r[r["op"] == wire.OP_ALLREDUCE]  # noqa: E731
+        entries = lambda r: r[(r["flags"] & (wire.FLAG_COMPLETED | wire.FLAG_COMPLETION_LOST)) == 0]  # noqa: E731
+        assert sorted(entries(ar(hook))["bytes"].tolist()) == sorted(entries(ar(plugin))["bytes"].tolist())
+        assert len(entries(ar(hook))) == 59  # the first step's one bucket, then two per step (rebuilt)
+        done = ar(hook)[(ar(hook)["flags"] & wire.FLAG_COMPLETED) != 0]
+        assert len(done) == 59 and (done["flags"] == wire.FLAG_ENQUEUED | wire.FLAG_COMPLETED).all()
+        assert (done["t_end_ns"] >= done["t_start_ns"]).all()
+        assert set(plugin["op"].tolist()) - set(hook["op"].tolist()) == {wire.OP_BROADCAST, wire.OP_ALLGATHER}
+
+
 def run_detector(name: str) -> tuple[recorded.Recording, list[dict]]:
     rec = recorded.load(DIR, name)
     det = Detector(Settings.load())
@@ -146,7 +162,7 @@ def test_recorded_host_straggler_is_the_only_rank_named(name):
     assert min(e["opened_ns"] for e in events) > rec.fault()["start_ns"]
 
 
-@pytest.mark.parametrize("name", ["sem-ws1", "sem-ws2", "sem-hook"])
+@pytest.mark.parametrize("name", ["sem-ws1", "sem-ws2", "sem-hook", "ddp-hook", "ddp-nccl"])
 def test_recorded_healthy_runs_raise_nothing(name):
     _, events = run_detector(name)
     assert events == []
