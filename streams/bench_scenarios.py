@@ -8,7 +8,7 @@ four probe modes (`gpu`, `enqueue`, `blocking`, `heartbeats_only`), with hangs, 
 stuck completion paths, transport hangs, slow GPUs, jobs that end, several jobs with
 different clocks, and healthy controls. `recorded`: probe output recorded on a real GPU
 under NCCL (`nccl-patch/test/recorded/`, two-rank jobs: a hang, a host-side straggler and
-healthy runs, each with the plugin and with the hook), published through the node agent
+healthy runs and DDP, each with the plugin and with the hook), published through the node agent
 model (`jobmodel.recorded`); found only in a source checkout. `gpuhang-*`: a GPU stuck in a
 compute kernel while its host enqueues on, which v1 records cannot attribute (scored as a
 hang of that rank all the same).
@@ -317,14 +317,15 @@ def _built(runs, controls: list[str], tail_s: float) -> Built:
 
 # --- recorded on a GPU -----------------------------------------------------------------------------
 RECORDED_DIR = Path(__file__).resolve().parents[1] / "nccl-patch" / "test" / "recorded"
-RECORDED = ["hang-nccl", "hang-hook", "gpuhang-nccl", "gpuhang-hook", "slow-nccl", "slow-hook", "sem-ws2", "sem-hook"]
+RECORDED = ["hang-nccl", "hang-hook", "gpuhang-nccl", "gpuhang-hook", "slow-nccl", "slow-hook", "sem-ws2", "sem-hook",
+            "ddp-nccl", "ddp-hook"]
 
 
 def recorded_cases() -> list[Case]:
     if not RECORDED_DIR.is_dir():
         return []  # an installed package: the recordings live in the source tree
     return [Case(f"rec/{name}", "recorded", lambda n=name: build_recorded(n), quick=True, ranks=2,
-                 tags=("healthy",) if name.startswith("sem-") else ()) for name in RECORDED]
+                 tags=("healthy",) if name.startswith(("sem-", "ddp-")) else ()) for name in RECORDED]
 
 
 def build_recorded(name: str) -> Built:
