@@ -129,8 +129,8 @@ def test_a_forked_child_does_not_keep_a_dead_writers_lock(tmp_path):
     code = ("import os, sys, time; from commwatch import ring; "
             "w = ring.RingWriter(sys.argv[1], rank=0, job='j', capacity=8); "
             "pid = os.fork()\n"
-            "if pid == 0:\n    print('child', flush=True); time.sleep(60); os._exit(0)\n"
-            "print(pid, flush=True); time.sleep(60)")
+            "if pid == 0:\n    os.write(1, b'child\\n'); time.sleep(60); os._exit(0)\n"
+            "os.write(1, b'%d\\n' % pid); time.sleep(60)")  # one write a line: the two never interleave
     parent = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "j" / "0.ring")], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     lines = {parent.stdout.readline().strip(), parent.stdout.readline().strip()}  # the child runs (fork is done)
