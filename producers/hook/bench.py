@@ -8,8 +8,7 @@ On a one-rank gloo group:
 - event path (NCCL-like stream backends), on a SCRIPTED device (`ScriptedEvents`, no GPU):
   the training thread's cost of a synchronous call there (entry record, two device events,
   the hand-over to the poller), then the poller thread's time per completion. The scripted
-  events cost less than CUDA events: `torch.cuda.Event.record()` adds about a microsecond or
-  two per event on a real GPU (not measured here). Calls go in bursts of 1000 and the
+  events cost less than CUDA events (`--cuda` measures those). Calls go in bursts of 1000 and the
   poller's passes run between the bursts, timed apart (live, they run on their own thread
   and take the GIL for that long).
 
@@ -90,6 +89,7 @@ def _cuda(args: argparse.Namespace, settings: Settings) -> dict:
     import torch.distributed as dist
 
     from commwatch.embedded import free_port
+    from commwatch.producers.hook.completion import IDLE_S, POLL_S
     from commwatch.producers.hook.events import CudaEvents
     from commwatch.producers.hook.runtime import Hook
     from commwatch.producers.hook.wrap import SPECS, wrap_call
@@ -116,7 +116,7 @@ def _cuda(args: argparse.Namespace, settings: Settings) -> dict:
             bare = _per_call_us(noop, (t,), n)
             evented, poller_us = _bursts_us(timed, (t,), n, c)
             completed, dropped = c.completed, c.dropped
-            c.poll_s, c.idle_s = 0.005, 0.05  # the live poller again, for the real calls
+            c.poll_s, c.idle_s = POLL_S, IDLE_S  # the live poller again, for the real calls
             real = dist.all_reduce
             hooked = wrap_call(hook, real, SPECS["all_reduce"])
             sync = torch.cuda.synchronize
