@@ -63,6 +63,8 @@ run slow-hook 2 hook slow --steps 250 --compute 10 --dim 4096 --fault-at 60 --sl
 run sem-hook 2 hook semantics
 run ddp-hook 2 hook ddp --steps 30
 run ddp-nccl 2 recorder ddp --steps 30
+run fsdp-hook 2 hook fsdp --steps 10
+run fsdp-nccl 2 recorder fsdp --steps 10
 fi
 if [[ $WHAT == overhead || $WHAT == all ]]; then
 # a step of ~50 ms of matmuls (two ranks share the GPU: ~100 ms) and 16 gradient all_reduce

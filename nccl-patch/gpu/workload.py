@@ -30,6 +30,8 @@ Scenarios:
   two ranks on one GPU, extra GPU work would slow both ranks alike;
 - ddp: DistributedDataParallel on NCCL (two Linear layers of 2048, buckets of 4 MiB), --steps
   steps with the hook's phases;
+- fsdp: FSDP2 (`fully_shard` per layer and on the model) on NCCL, the same two layers, --steps
+  steps;
 - train: the loop, timed per step (host synchronised every step), for the overhead table.
 """
 
@@ -185,6 +187,27 @@ def ddp(a: argparse.Namespace, dev: torch.device, log: dict, hook=None) -> None:
         torch.cuda.synchronize()
 
 
+def fsdp(a: argparse.Namespace, dev: torch.device, log: dict, hook=None) -> None:
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    width = 2048
+    layers = [torch.nn.Linear(width, width) for _ in range(2)]
+    model = torch.nn.Sequential(layers[0], torch.nn.ReLU(), layers[1]).to(dev)
+    for layer in layers:
+        fully_shard(layer)
+    fully_shard(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for i in range(a.steps):
+        if hook is not None:
+            hook.step(i)
+        loss = model(torch.randn(512, width, device=dev)).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        torch.cuda.synchronize()
+
+
 def loop(a: argparse.Namespace, dev: torch.device, log: dict, hook=None) -> list[float]:
     torch.manual_seed(a.rank)
     w = [torch.randn(a.dim, a.dim, device=dev) / a.dim ** 0.5 for _ in range(4)]
@@ -241,7 +264,7 @@ def loop(a: argparse.Namespace, dev: torch.device, log: dict, hook=None) -> list
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("scenario", choices=["semantics", "hang", "gpuhang", "slow", "ddp", "train"])
+    p.add_argument("scenario", choices=["semantics", "hang", "gpuhang", "slow", "ddp", "fsdp", "train"])
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--world", type=int, default=1)
     p.add_argument("--port", type=int, default=29500)
@@ -281,6 +304,8 @@ def main() -> None:
         semantics(a.rank, a.world, dev, log)
     elif a.scenario == "ddp":
         ddp(a, dev, log, hook)
+    elif a.scenario == "fsdp":
+        fsdp(a, dev, log, hook)
     else:
         steps = loop(a, dev, log, hook)
         warm = steps[10:]

@@ -71,7 +71,7 @@ def test_make_test_passes(harness_run):
         assert f"PASS {name}" in proc.stdout, name
     # every trace recorded under NCCL 2.28.9 on an H100 replays to the records the GPU run wrote
     traces = sorted(p.name[: -len(".trace")] for p in RECORDED.glob("*.trace"))
-    assert len(traces) == 11
+    assert len(traces) == 13
     for base in traces:
         assert f"  recorded {base}: " in proc.stdout and f"recorded {base}: 0 records" not in proc.stdout, base
     assert "DIFFERENT" not in proc.stdout

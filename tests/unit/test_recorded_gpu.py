@@ -112,6 +112,20 @@ def test_hook_sees_every_ddp_gradient_bucket_on_nccl_that_the_plugin_sees():
         assert set(plugin["op"].tolist()) - set(hook["op"].tolist()) == {wire.OP_BROADCAST, wire.OP_ALLGATHER}
 
 
+def test_hook_sees_every_fsdp2_collective_on_nccl_that_the_plugin_sees():
+    """FSDP2 (`fully_shard`) on NCCL, 10 steps: the same 40 all_gather and 20 reduce_scatter per rank
+    through the hook as through the plugin, each GPU-timed."""
+    for rank in (0, 1):
+        hook, plugin = calls("fsdp-hook", rank), calls("fsdp-nccl", rank)
+        for recs in (hook, plugin):
+            entries = recs[(recs["flags"] & (wire.FLAG_COMPLETED | wire.FLAG_COMPLETION_LOST)) == 0]
+            assert (entries["op"] == wire.OP_ALLGATHER).sum() == 40
+            assert (entries["op"] == wire.OP_REDUCESCATTER).sum() == 20
+            assert ((recs["flags"] & wire.FLAG_COMPLETED) != 0).sum() == 60
+            assert (recs["flags"][(recs["flags"] & wire.FLAG_COMPLETED) != 0] == GPU_DONE).all()
+        assert sorted(hook["bytes"].tolist()) == sorted(plugin["bytes"].tolist())
+
+
 def run_detector(name: str) -> tuple[recorded.Recording, list[dict]]:
     rec = recorded.load(DIR, name)
     det = Detector(Settings.load())
@@ -162,7 +176,7 @@ def test_recorded_host_straggler_is_the_only_rank_named(name):
     assert min(e["opened_ns"] for e in events) > rec.fault()["start_ns"]
 
 
-@pytest.mark.parametrize("name", ["sem-ws1", "sem-ws2", "sem-hook", "ddp-hook", "ddp-nccl"])
+@pytest.mark.parametrize("name", ["sem-ws1", "sem-ws2", "sem-hook", "ddp-hook", "ddp-nccl", "fsdp-hook", "fsdp-nccl"])
 def test_recorded_healthy_runs_raise_nothing(name):
     _, events = run_detector(name)
     assert events == []
