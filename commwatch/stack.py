@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 
 COMPONENTS = ("worker", "sink", "notify", "agent", "page")
 STOP_ORDER = ("agent", "simulate", "worker", "notify", "sink", "page")  # producers first, the sink drains last
+PORT_MOVES = 3  # a component whose port is taken at start-up moves to a free one this many times
+
 PORT_KEYS = {  # component -> the setting that fixes its port
     "broker": "broker_port", "worker": "worker_metrics_port", "sink": "sink_metrics_port", "query": "query_port",
     "notify": "notify_metrics_port", "agent": "agent_metrics_port", "page": "page_port",
@@ -122,6 +124,8 @@ class Stack:
         self.ports: dict[str, int] = {}
         self.skipped: dict[str, str] = {}  # component -> why it does not run
         self.preferred: set[str] = set()  # components on a default port, which may move to a free one
+        self.chosen: set[str] = set()  # ports the stack picked free itself: another process may take one
+        self.moves: dict[str, int] = {}  # times a component moved to another port
         self.record: discovery.StackRecord | None = None
 
     # --- set-up -------------------------------------------------------------------------
@@ -159,6 +163,7 @@ class Stack:
                         self.preferred.add(label)
                 else:  # 0, or a default port that is taken (another stack's page): a free one
                     self.ports[label] = free_port(self._host(name))
+                    self.chosen.add(label)
 
     def _host(self, name: str) -> str:
         if name == "page":
@@ -264,11 +269,16 @@ class Stack:
         try:
             self.supervisor.poll()
         except ChildFailed as exc:
-            if exc.name in self.preferred and "COMMWATCH_PAGE_PORT" in str(exc):
-                # its default port went to another process meanwhile (a stack starting beside this one)
-                self.preferred.discard(exc.name)
-                self.ports[exc.name] = free_port(self._host(exc.name))
-                log.warning("%s: its default port was taken; moving it to %d", exc.name, self.ports[exc.name])
+            movable = [label for label in self._port_labels(exc.name) if label in self.preferred | self.chosen]
+            if movable and self._port_taken(str(exc)) and self.moves.get(exc.name, 0) < PORT_MOVES:
+                # a port it was given went to another process between the stack's choice and its
+                # bind (a stack starting beside this one, any program asking for a free port)
+                self.moves[exc.name] = self.moves.get(exc.name, 0) + 1
+                for label in movable:
+                    self.preferred.discard(label)
+                    self.chosen.add(label)
+                    self.ports[label] = free_port(self._host(label.split("-")[0]))
+                    log.warning("%s: its port was taken; moving it to %d", label, self.ports[label])
                 self._start_child(exc.name)
                 self._write_record()
                 return
@@ -290,6 +300,15 @@ class Stack:
                 raise StackFailed(f"broker: could not restart it: {exc}") from None
             self.say(f"{self.command}: broker restarted (pid {self.broker.proc.pid})")
             self._write_record()
+
+    @staticmethod
+    def _port_labels(child: str) -> list[str]:
+        """The ports a child listens on, by label: the sink also serves the history (query)."""
+        return [child, "query"] if child == "sink" else [child]
+
+    @staticmethod
+    def _port_taken(text: str) -> bool:
+        return "already in use" in text or "COMMWATCH_PAGE_PORT" in text
 
     def _port_hint(self, text: str) -> str:
         if "COMMWATCH_METRICS_PORT" in text:
