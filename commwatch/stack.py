@@ -7,7 +7,9 @@ agent and live page as one supervised process group (`commwatch up`, `commwatch 
   `sink_metrics_port`, `query_port`, `notify_metrics_port`, `agent_metrics_port`, the
   page's `page_port`); 0 picks a free port. A port that is set and taken fails at once
   with an error naming its setting; a default port that is taken (the page's, by another
-  stack) gives way to a free one.
+  stack) gives way to a free one. A free port the stack picked can be taken by another
+  process before the component binds it: the component then moves to another free port
+  and starts again (`PORT_MOVES` times at most). A port the user set never moves.
 - Order: broker, then the sink (it owns the embedded ClickHouse and serves the history
   endpoint that every other process queries), then the others; the stack is ready when
   each answers on its port.
