@@ -69,9 +69,14 @@ def snapshot(js, now_ns: int, drops: dict[str, int] | None = None) -> dict:
     late = sorted(lag.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_LATE]
     chain = None
     an = js.analysis
-    if an is not None and (an.roots or an.comm_roots) and any(i["kind"] in ("hang", "comm_hang") for i in incidents):
-        chain = {"roots": sorted(an.roots), "edges": an.edges[:MAX_EDGES],
-                 "blocked_comms": sorted({x.comm for x in an.blocked})[:MAX_COMMS]}
+    hung = any(i["kind"] in ("hang", "comm_hang") for i in incidents)
+    if an is not None and (an.roots or an.comm_roots) and hung:
+        chain = js.chain = {"roots": sorted(an.roots), "edges": an.edges[:MAX_EDGES],
+                            "blocked_comms": sorted({x.comm for x in an.blocked})[:MAX_COMMS], "ts_ns": int(now_ns)}
+    elif hung:  # this tick's analysis has no root (a comm's input behind): the last one seen, with its time
+        chain = js.chain
+    else:
+        js.chain = None
     world = max(js.world_size, max(ranks) + 1 if ranks else 0)
     median_s = js.steps.median_step_s() or None
     return {

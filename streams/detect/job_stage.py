@@ -73,6 +73,7 @@ class JobState:
     ended_ns: int = 0
     ended_reason: str = ""
     analysis: waits.Analysis | None = None
+    chain: dict | None = None  # the last wait chain shown while a hang is open (`health.snapshot`)
     threshold_ns: float = 0.0
     stuck_since: dict[int, int] = field(default_factory=dict)
     slowdown_since: int = 0
