@@ -81,9 +81,9 @@ class Webhook:
 def test_watch_a_real_job_with_one_stack_command(tmp_path):
     job = "e2e-stack"
     hook = Webhook()
-    # a 4 s floor (default 5): at 2 s, on a loaded 2-core machine, the hung rank's pair peer had
-    # sat unscheduled past the floor before its entry into the pair's call was read, and was
-    # named with it (one CI run of three)
+    # a 4 s floor (default 5): at 2 s, on a loaded 2-core machine, the hung rank's pair peer was
+    # not yet known to be inside the pair's call when the floor passed, and was named with it
+    # (one CI run of three; the incident narrowed to the hung rank afterwards)
     stack = RunningStack(tmp_path / "data", COMMWATCH_RING_DIR=str(tmp_path / "rings"), COMMWATCH_HANG_FLOOR_S="4",
                          COMMWATCH_NOTIFY_WEBHOOK_URL=hook.url)
     ranks: list[subprocess.Popen] = []
