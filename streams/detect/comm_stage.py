@@ -112,8 +112,12 @@ class CommStage:
         ts = np.repeat(np.fromiter((t for _, t, _ in st.pending), np.int64, len(st.pending)),
                        np.fromiter((n for _, _, n in st.pending), np.int64, len(st.pending)))
         st.pending, st.pending_n = [], 0
+        closed = st.apply_records(recs, ts)
+        for hb, stamp in st.pending_hb:
+            st.apply_progress(hb, stamp)
+        st.pending_hb = []
         out: list[dict] = []
-        for a, b in st.apply_records(recs, ts):
+        for a, b in closed:
             rep = window_report(st, a, b, now_ns)
             if rep is not None:
                 out.append(rep)
@@ -125,8 +129,13 @@ class CommStage:
         job, node = hb["job"], hb["node"]
         st = self.state(job, int(hb["comm"], 16))
         st.last_seen_ns = max(st.last_seen_ns, now_ns if stamp is None else stamp)
-        out = self._flush(st, now_ns) if st.pending else []  # records first: they are older
-        st.apply_progress(hb, now_ns if stamp is None else stamp)
+        out: list[dict] = []
+        if st.pending and not self._report_due(st, now_ns):
+            # records first (they are older): the heartbeat waits for the comm's next flush
+            st.pending_hb.append((hb, now_ns if stamp is None else stamp))
+        else:
+            out = self._flush(st, now_ns) if st.pending else []
+            st.apply_progress(hb, now_ns if stamp is None else stamp)
         last = self._node_seen.get((job, node), 0)
         if now_ns - last >= self.settings.heartbeat_period_s * 1e9 * 0.9:
             self._node_seen[(job, node)] = now_ns
@@ -175,11 +184,14 @@ class CommStage:
         return out
 
     def _due(self, st: CommState, now_ns: int) -> bool:
-        """Whether a comm's pending records are applied at this tick: a new comm, enough of
-        them, the oldest old enough, a window that may close, or a wait that may be due."""
+        """Whether a comm's pending records are applied at this tick: a new comm, a heartbeat
+        waiting behind them, or a report that may be due (`_report_due`)."""
+        return st.n == 0 or bool(st.pending_hb) or self._report_due(st, now_ns)
+
+    def _report_due(self, st: CommState, now_ns: int) -> bool:
+        """Enough records pending, the oldest old enough, a window that may close, a P2P
+        window or a wait that may be due."""
         if st.pending_n >= TICK_FLUSH_RECORDS or now_ns - st.pending_since >= TICK_FLUSH_AGE_NS:
-            return True
-        if st.n == 0:
             return True
         if 0 < st.win_anchor <= now_ns - st.window_ns() * 1.0:
             return True

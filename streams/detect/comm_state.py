@@ -136,6 +136,7 @@ class CommState:
         self.pending: list[tuple[bytes, int, int]] = []  # call batches not yet applied: (raw, event time, count)
         self.pending_n = 0
         self.pending_since = 0
+        self.pending_hb: list[tuple[dict, int]] = []  # heartbeats that came after pending batches
         self.last_seen_ns = 0
 
     # --- membership -----------------------------------------------------------------
@@ -456,26 +457,33 @@ class CommState:
             self.p2p_only = False
         if not self.size and any(r.get("p2p") for r in entries):
             self._ranks_in_order()
-        moved = []
+        sl = np.asarray(slots, np.int64)
+        n = len(entries)
+        self.node_of.update(dict.fromkeys(self.rank_of[sl].tolist(), node))
+        for i in [i for i, r in enumerate(entries) if r.get("exited")]:
+            self.exited[slots[i]] = True
+        started = np.fromiter((r["started"] for r in entries), np.int64, n)
+        completed = np.fromiter((r["completed"] for r in entries), np.int64, n)
+        up = started > self.started[sl]
+        np.maximum.at(self.started, sl, started)
+        k = self.d_max + 1
+        at = np.fromiter((r.get("t_last_start_ns") or 0 for r in entries), np.int64, n)
+        first = (started == k) & (at > 0)  # entered the first open instance then
+        if first.any():
+            row = k % self.rows
+            if self.etag[row] < k:
+                self.etag[row], self.et[row] = k, 0
+            if self.etag[row] == k:
+                fs, ft = sl[first], at[first]
+                unset = self.et[row, fs] == 0
+                self.et[row, fs[unset]] = ft[unset]
+        done = completed > self.completed[sl]
+        if done.any():
+            np.maximum.at(self.completed, sl, completed)
+            self.done_adv_ns[sl[done]] = now_ns
+            self.ever_done[sl[done]] = True
+        moved = sl[up | done].tolist()
         for s, r in zip(slots, entries):
-            self.node_of[int(self.rank_of[s])] = node
-            if r.get("exited"):
-                self.exited[s] = True
-            if r["started"] > self.started[s]:
-                self.started[s] = r["started"]
-                moved.append(s)
-            k = self.d_max + 1
-            if r["started"] == k and r.get("t_last_start_ns"):  # it entered the first open instance then
-                row = k % self.rows
-                if self.etag[row] < k:
-                    self.etag[row], self.et[row] = k, 0
-                if self.etag[row] == k and self.et[row, s] == 0:
-                    self.et[row, s] = r["t_last_start_ns"]
-            if r["completed"] > self.completed[s]:
-                self.completed[s] = r["completed"]
-                self.done_adv_ns[s] = now_ns
-                self.ever_done[s] = True
-                moved.append(s)
             if r.get("p2p"):
                 for p in r["p2p"]:
                     pcr = p["peer"]

@@ -146,17 +146,20 @@ class Detector:
             job = decoded.job
         else:
             job = decoded["job"]
-        clocks = self.comm_clocks
+        clocks, stage = self.comm_clocks, self.comm_stage
         clocks.observe(job, msg.ts_ns, ref_ns)
         now = clocks.now(job, ref_ns)
-        out = self._guard(job, self.comm_stage.feed, msg, decoded, now)
+        out = self._guard(job, stage.feed, msg, decoded, now)
         # time passes with the data too: a worker catching up on a backlog ticks as replay does
-        out.extend(self._guard(job, self.comm_stage.tick_job, job, now))
-        if out or job not in self.comm_stage.by_job:
+        due = stage.next_tick_ns(job)
+        if now >= due:
+            out.extend(self._guard(job, stage.tick_job, job, now))
+            due = stage.next_tick_ns(job)
+        if out or job not in stage.by_job:
             self._idle_until = 0
         else:  # only this job's clock moved: its stage-1 tick may be due sooner
-            self._idle_until = min(self._idle_until, _due_ref(clocks._c[job], self.comm_stage.next_tick_ns(job)))
-        return self._kept(out)
+            self._idle_until = min(self._idle_until, _due_ref(clocks._c[job], due))
+        return self._kept(out) if out else out
 
     def _kept(self, reports: list[dict]) -> list[dict]:
         """Reports pass through; timed windows are also kept for `window_stats()`."""

@@ -31,12 +31,12 @@ their iteration phases (`steps.py`) still can.
 
 from __future__ import annotations
 
-import warnings
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from commwatch.streams.detect.medians import nanmedian as _nanmedian
 from commwatch.streams.detect.rank_model import RankModel
 
 FRESH_WINDOWS = 4.0  # a comm's window older than this many of its own intervals (and 5 s) is stale
@@ -115,28 +115,20 @@ def _median(xs: list[float]) -> float:
     return float(np.median(xs)) if xs else 0.0
 
 
-def _nanmedian(a: np.ndarray, axis: int) -> np.ndarray:
-    """`np.nanmedian` along `axis` (nan where nothing is valid), without masked arrays."""
-    srt = np.sort(a, axis=axis)  # nans last
-    k = np.isfinite(a).sum(axis=axis, keepdims=True)
-    lo = np.take_along_axis(srt, np.maximum((k - 1) // 2, 0), axis=axis)
-    hi = np.take_along_axis(srt, np.maximum(k // 2, 0) - (k == 0), axis=axis)
-    return np.squeeze(np.where(k > 0, (lo + hi) / 2, np.nan), axis=axis)
-
-
 def _others_median(a: np.ndarray) -> np.ndarray:
     """For each row of `a` (members x columns), the median of the other rows, per column,
     ignoring nan (nan where none). Exact for small groups; for larger ones, where one member
     moves the median by little, the median of all."""
     n = a.shape[0]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        if n > EXACT_OTHERS:
-            return np.broadcast_to(_nanmedian(a, 0), a.shape).copy()
-        if n < 2:
-            return np.full(a.shape, np.nan)
-        others = np.array([[j for j in range(n) if j != i] for i in range(n)])  # n x (n - 1)
-        return _nanmedian(a[others], 1)
+    if n > EXACT_OTHERS:
+        return np.broadcast_to(_nanmedian(a, 0), a.shape).copy()
+    if n < 2:
+        return np.full(a.shape, np.nan)
+    return _nanmedian(a[_OTHERS[n]], 1)
+
+
+# per group size n: for each member, the indices of the others (n x (n - 1))
+_OTHERS = {n: np.array([[j for j in range(n) if j != i] for i in range(n)]) for n in range(2, EXACT_OTHERS + 1)}
 
 
 class SlowTracker:
@@ -281,20 +273,27 @@ class SlowTracker:
                 with np.errstate(all="ignore"):
                     ratio = np.where(use, lo / ref, np.nan)
                 med = _nanmedian(ratio, 1)  # one class that spans an iteration's edge does not move it
-                for k, j in enumerate(idx.tolist()):
-                    if np.isfinite(med[k]):
-                        fine = int(np.nanargmin(np.where(use[k], lo[k], np.nan)))
-                        c, r, _, _ = rows[j]
-                        out[c][r] = (float(med[k]), float(lo[k, fine]), float(ref[k, fine]), float(ps[k]))
+                found = np.flatnonzero(np.isfinite(med))
+                fine = np.argmin(np.where(use[found], lo[found], np.inf), axis=1)
+                for k, f in zip(found.tolist(), fine.tolist()):
+                    c, r, _, _ = rows[idx[k]]
+                    out[c][r] = (float(med[k]), float(lo[k, f]), float(ref[k, f]), float(ps[k]))
+        # collective comms: each member against the others of its comm; comms of one size at once
+        by_size: dict[tuple[int, int], list[tuple[str, np.ndarray, np.ndarray]]] = {}
         for c, ct in cur.items():
-            if ct.p2p:
-                continue
-            busy = ct.busy_of(latest)
-            ref = _others_median(busy[:, None])[:, 0]
-            ps = _others_median(ct.share_of()[:, None])[:, 0]
+            if not ct.p2p:
+                busy, share = ct.busy_of(latest), ct.share_of()
+                by_size.setdefault((len(busy), len(share)), []).append((c, busy, share))
+        for group in by_size.values():
+            busy = np.stack([b for _, b, _ in group], axis=1)  # members x comms
+            ref = _others_median(busy)
+            ps = _others_median(np.stack([s for _, _, s in group], axis=1))
+            with np.errstate(all="ignore"):
+                ratio = busy / ref
             ok = np.isfinite(busy) & np.isfinite(ref) & (ref > 0)
-            for i in np.flatnonzero(ok).tolist():
-                out[c][ct.ranks[i]] = (float(busy[i] / ref[i]), float(busy[i]), float(ref[i]), float(ps[i]))
+            for i, j in zip(*np.nonzero(ok)):
+                c = group[j][0]
+                out[c][cur[c].ranks[i]] = (float(ratio[i, j]), float(busy[i, j]), float(ref[i, j]), float(ps[i, j]))
         return out
 
     def peer_groups(self, coords: dict[int, dict], world: int) -> dict[int, list[int]]:

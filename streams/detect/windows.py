@@ -26,22 +26,14 @@ from __future__ import annotations
 import numpy as np
 
 from commwatch.streams.detect.comm_state import RECV_BWD, SEND_FWD, CommState
+from commwatch.streams.detect.medians import median as _median
+from commwatch.streams.detect.medians import nanmedian
 
 OFFSET_BLEND = 0.3
 MIN_GAP_NS = 50_000  # shorter gaps between calls are not compute (back-to-back calls)
 MIN_GAPS = 1  # a member's busy figures need this many gaps in the window (stage 2 pools windows)
 OUTLIER = 3.0  # a gap over this many times the member's median holds waits, not compute
 P2P_CLASSES = 16  # P2P compute intervals: the kinds of the calls before and after the gap
-
-
-def _median(a: np.ndarray, axis: int) -> np.ndarray:
-    """`np.median` along `axis` (no NaN handling), at a fraction of its fixed cost."""
-    m = a.shape[axis]
-    h = m // 2
-    if m % 2:
-        return np.partition(a, h, axis=axis).take(h, axis=axis)
-    p = np.partition(a, (h - 1, h), axis=axis)
-    return (p.take(h - 1, axis=axis) + p.take(h, axis=axis)) / 2
 
 
 def _r(a: np.ndarray, nd: int = 4) -> list[float]:
@@ -103,13 +95,14 @@ def _busy_stats(gaps: np.ndarray, valid: np.ndarray, span: float) -> tuple[list,
     """Per member (columns): the sum of its compute gaps (ms, None without any) and their
     count, leaving out gaps over `OUTLIER` x its median (a gap that spans an iteration's end
     holds waits in other comms); and the sum of all its valid gaps over `span`."""
-    n = gaps.shape[1]
-    sums: list = [None] * n
-    cnt = [0] * n
-    for j in np.flatnonzero(valid.sum(axis=0) >= MIN_GAPS).tolist():
-        g = gaps[valid[:, j], j]
-        g = g[g <= OUTLIER * np.median(g)]
-        sums[j], cnt[j] = round(float(g.sum()) / 1e6, 4), int(len(g))
+    with np.errstate(invalid="ignore"):
+        med = nanmedian(np.where(valid, gaps, np.nan), 0)
+        keep = valid & (gaps <= OUTLIER * med)
+    cnt = keep.sum(axis=0)
+    sums = np.where(keep, gaps, 0.0).sum(axis=0)
+    enough = (valid.sum(axis=0) >= MIN_GAPS).tolist()
+    sums = [round(s / 1e6, 4) if e else None for s, e in zip(sums.tolist(), enough)]
+    cnt = [c if e else 0 for c, e in zip(cnt.tolist(), enough)]
     total = np.where(valid, gaps, 0.0).sum(axis=0) / max(span, 1.0)
     return sums, cnt, _r(np.minimum(total, 1.0))
 
@@ -200,5 +193,6 @@ def _p2p_busy(n: int, slot: np.ndarray, t0: np.ndarray, t1: np.ndarray, kind: np
     cnt = np.bincount(cls[ok] * n + es[idx[ok]], minlength=P2P_CLASSES * n)
     low = low.reshape(P2P_CLASSES, n)
     share = np.bincount(es[idx[ok]], weights=gap[ok], minlength=n)[:n] / max(span, 1.0)
-    return {"busy_cls_ms": [[None if not np.isfinite(v) else round(float(v) / 1e6, 4) for v in row] for row in low],
+    ms = np.where(np.isfinite(low), low / 1e6, np.nan)
+    return {"busy_cls_ms": [[None if v != v else round(v, 4) for v in row] for row in ms.tolist()],
             "busy_cls_n": cnt.reshape(P2P_CLASSES, n).tolist(), "busy_share": _r(np.minimum(share, 1.0))}
