@@ -82,8 +82,8 @@ class CommTiming:
         a class may hold a longer instance once an iteration, and a window that happens to
         hold only that one says nothing of the rank's speed."""
         wins = [self.classes[-1]] if latest and self.classes else list(self.classes)
-        lows = np.array([[[np.inf if v is None else v for v in row] for row in w[0]] for w in wins], float)
-        counts = np.array([w[1] for w in wins], float)
+        lows = np.stack([w[0] for w in wins])
+        counts = np.stack([w[1] for w in wins])
         low = lows.min(axis=0)
         return np.where(np.isfinite(low), low, np.nan), counts.sum(axis=0)
 
@@ -91,14 +91,14 @@ class CommTiming:
         """Per rank (aligned with `ranks`), its mean compute gap (ms) over the kept windows (or
         the newest alone); nan where it has none."""
         wins = [self.busy[-1]] if latest and self.busy else list(self.busy)
-        sums = np.array([[np.nan if v is None else v for v in w[1]] for w in wins], float)
-        counts = np.array([w[2] for w in wins], float)
+        sums = np.stack([w[1] for w in wins])
+        counts = np.stack([w[2] for w in wins])
         tot, cnt = np.nansum(sums, axis=0), np.where(np.isnan(sums), 0, counts).sum(axis=0)
         with np.errstate(all="ignore"):
             return np.where((cnt > 0) & (tot > 0), tot / cnt, np.nan)
 
     def share_of(self) -> np.ndarray:
-        return np.asarray(self.busy[-1][3], float) if self.busy else np.zeros(len(self.ranks))
+        return self.busy[-1][3] if self.busy else np.zeros(len(self.ranks))
 
 
 def dominant(found: dict[int, dict], keep: set[int] = frozenset()) -> dict[int, dict]:
@@ -116,15 +116,15 @@ def _median(xs: list[float]) -> float:
 
 
 def _others_median(a: np.ndarray) -> np.ndarray:
-    """For each row of `a` (members x columns), the median of the other rows, per column,
-    ignoring nan (nan where none). Exact for small groups; for larger ones, where one member
-    moves the median by little, the median of all."""
-    n = a.shape[0]
+    """For each member of `a` (... x members x columns), the median of the other members, per
+    column, ignoring nan (nan where none). Exact for small groups; for larger ones, where one
+    member moves the median by little, the median of all. Leading axes are separate groups."""
+    n = a.shape[-2]
     if n > EXACT_OTHERS:
-        return np.broadcast_to(_nanmedian(a, 0), a.shape).copy()
+        return np.broadcast_to(np.expand_dims(_nanmedian(a, -2), -2), a.shape).copy()
     if n < 2:
         return np.full(a.shape, np.nan)
-    return _nanmedian(a[_OTHERS[n]], 1)
+    return _nanmedian(a[..., _OTHERS[n], :], -2)
 
 
 # per group size n: for each member, the indices of the others (n x (n - 1))
@@ -172,11 +172,16 @@ class SlowTracker:
     def _take(self, ct: CommTiming, rep: dict) -> None:
         ct.timed = True
         self._horizon(ct, rep["ts_ns"], rep["span_ns"], rep["inside"])
+        # kept as arrays (a missing figure nan, a missing class minimum inf): evaluated often
+        share = np.asarray(rep["busy_share"], float)
         if "busy_ms" in rep:
-            ct.busy.append((rep["ts_ns"], rep["busy_ms"], rep["busy_n"], rep["busy_share"]))
+            sums = np.array([np.nan if v is None else v for v in rep["busy_ms"]], float)
+            ct.busy.append((rep["ts_ns"], sums, np.asarray(rep["busy_n"], float), share))
         if "busy_cls_ms" in rep:
-            ct.classes.append((rep["busy_cls_ms"], rep["busy_cls_n"]))
-            ct.busy.append((rep["ts_ns"], [None] * len(rep["ranks"]), [0] * len(rep["ranks"]), rep["busy_share"]))
+            lows = np.array([[np.inf if v is None else v for v in row] for row in rep["busy_cls_ms"]], float)
+            ct.classes.append((lows, np.asarray(rep["busy_cls_n"], float)))
+            n = len(rep["ranks"])
+            ct.busy.append((rep["ts_ns"], np.full(n, np.nan), np.zeros(n), share))
 
     def window(self, rep: dict) -> None:
         ct = self._timing(rep, p2p=False)
@@ -259,25 +264,32 @@ class SlowTracker:
             groups: dict[tuple, list[int]] = {}
             for j, (_, _, _, key) in enumerate(rows):
                 groups.setdefault(key, []).append(j)
-            for idx in groups.values():
-                idx = np.asarray(idx)
-                lo, cn = lows_a[idx], counts_a[idx]
+            by_n: dict[int, list[list[int]]] = {}  # groups of one size evaluated together
+            for g, idx in enumerate(groups.values()):
+                by_n.setdefault(len(idx), []).append([g] + idx)
+            found_rows = []
+            for batch in by_n.values():
+                order, members = np.array([b[0] for b in batch]), np.array([b[1:] for b in batch])  # groups x n
+                lo, cn = lows_a[members], counts_a[members]  # groups x n x classes
                 ref = _others_median(lo)  # per member and class: the same stage elsewhere
-                ps = _others_median(shares_a[idx][:, None])[:, 0]
-                top = cn.max(axis=1, keepdims=True)
-                typical = _nanmedian(np.where(cn > 0, lo, np.nan), 1)[:, None]
+                ps = _others_median(shares_a[members][..., None])[..., 0]
+                top = cn.max(axis=2, keepdims=True)
+                typical = _nanmedian(np.where(cn > 0, lo, np.nan), 2)[..., None]
                 # a class of gaps far longer than the rank's typical one spans an iteration's
                 # end: it holds waits in other comms (data parallel), not compute
                 use = ((cn >= top / 2) & (cn >= MIN_CLASS_COUNT) & np.isfinite(lo) & (ref > 0)
                        & (lo <= OUTLIER * typical))
                 with np.errstate(all="ignore"):
                     ratio = np.where(use, lo / ref, np.nan)
-                med = _nanmedian(ratio, 1)  # one class that spans an iteration's edge does not move it
-                found = np.flatnonzero(np.isfinite(med))
-                fine = np.argmin(np.where(use[found], lo[found], np.inf), axis=1)
-                for k, f in zip(found.tolist(), fine.tolist()):
-                    c, r, _, _ = rows[idx[k]]
-                    out[c][r] = (float(med[k]), float(lo[k, f]), float(ref[k, f]), float(ps[k]))
+                med = _nanmedian(ratio, 2)  # one class that spans an iteration's edge does not move it
+                gi, mi = np.nonzero(np.isfinite(med))
+                fine = np.argmin(np.where(use[gi, mi], lo[gi, mi], np.inf), axis=1)
+                for g, m, f in zip(gi.tolist(), mi.tolist(), fine.tolist()):
+                    found_rows.append((int(order[g]), m, int(members[g, m]),
+                                       (float(med[g, m]), float(lo[g, m, f]), float(ref[g, m, f]), float(ps[g, m]))))
+            for _, _, j, value in sorted(found_rows, key=lambda x: x[:2]):
+                c, r, _, _ = rows[j]
+                out[c][r] = value
         # collective comms: each member against the others of its comm; comms of one size at once
         by_size: dict[tuple[int, int], list[tuple[str, np.ndarray, np.ndarray]]] = {}
         for c, ct in cur.items():
