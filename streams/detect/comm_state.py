@@ -137,6 +137,7 @@ class CommState:
         self.pending_n = 0
         self.pending_since = 0
         self.pending_hb: list[tuple[dict, int]] = []  # heartbeats that came after pending batches
+        self.flushed_ns = 0  # when pending batches were last applied
         self.last_seen_ns = 0
 
     # --- membership -----------------------------------------------------------------
