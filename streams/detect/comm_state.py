@@ -89,6 +89,7 @@ class CommState:
         self.cr_slot = np.zeros(0, np.int64)  # slot of each comm rank, -1 unknown
         self._gsort = np.zeros(0, np.int64)  # sorted global ranks ...
         self._gslot = np.zeros(0, np.int64)  # ... and their slots
+        self._slot: dict[int, int] = {}  # the same, for a heartbeat's few ranks
         self.node_of: dict[int, str] = {}
         self.started = np.zeros(0, np.int64)
         self.completed = np.zeros(0, np.int64)
@@ -172,6 +173,7 @@ class CommState:
             s = np.concatenate([self._gslot, np.arange(first, self.n)])
             order = np.argsort(g, kind="stable")
             self._gsort, self._gslot = g[order], s[order]
+            self._slot.update(zip(new.tolist(), range(first, self.n)))
             if not self.first_ns:
                 self.first_ns = now_ns
             idx = np.searchsorted(self._gsort, ranks)
@@ -452,39 +454,34 @@ class CommState:
         entries = hb["ranks"]
         if not entries:
             return
-        ranks = np.fromiter((r["rank"] for r in entries), np.int64, len(entries))
-        slots = self.slots_of(ranks, now_ns).tolist()
+        known = self._slot
+        slots = [known.get(r["rank"], -1) for r in entries]
+        if -1 in slots:
+            slots = self.slots_of(np.fromiter((r["rank"] for r in entries), np.int64, len(entries)), now_ns).tolist()
         if any(r["started"] >= 0 for r in entries):
             self.p2p_only = False
         if not self.size and any(r.get("p2p") for r in entries):
             self._ranks_in_order()
-        sl = np.asarray(slots, np.int64)
-        n = len(entries)
-        self.node_of.update(dict.fromkeys(self.rank_of[sl].tolist(), node))
-        for i in [i for i, r in enumerate(entries) if r.get("exited")]:
-            self.exited[slots[i]] = True
-        started = np.fromiter((r["started"] for r in entries), np.int64, n)
-        completed = np.fromiter((r["completed"] for r in entries), np.int64, n)
-        up = started > self.started[sl]
-        np.maximum.at(self.started, sl, started)
-        k = self.d_max + 1
-        at = np.fromiter((r.get("t_last_start_ns") or 0 for r in entries), np.int64, n)
-        first = (started == k) & (at > 0)  # entered the first open instance then
-        if first.any():
-            row = k % self.rows
-            if self.etag[row] < k:
-                self.etag[row], self.et[row] = k, 0
-            if self.etag[row] == k:
-                fs, ft = sl[first], at[first]
-                unset = self.et[row, fs] == 0
-                self.et[row, fs[unset]] = ft[unset]
-        done = completed > self.completed[sl]
-        if done.any():
-            np.maximum.at(self.completed, sl, completed)
-            self.done_adv_ns[sl[done]] = now_ns
-            self.ever_done[sl[done]] = True
-        moved = sl[up | done].tolist()
+        moved = []
         for s, r in zip(slots, entries):
+            self.node_of[r["rank"]] = node
+            if r.get("exited"):
+                self.exited[s] = True
+            if r["started"] > self.started[s]:
+                self.started[s] = r["started"]
+                moved.append(s)
+            k = self.d_max + 1
+            if r["started"] == k and r.get("t_last_start_ns"):  # it entered the first open instance then
+                row = k % self.rows
+                if self.etag[row] < k:
+                    self.etag[row], self.et[row] = k, 0
+                if self.etag[row] == k and self.et[row, s] == 0:
+                    self.et[row, s] = r["t_last_start_ns"]
+            if r["completed"] > self.completed[s]:
+                self.completed[s] = r["completed"]
+                self.done_adv_ns[s] = now_ns
+                self.ever_done[s] = True
+                moved.append(s)
             if r.get("p2p"):
                 for p in r["p2p"]:
                     pcr = p["peer"]
@@ -505,10 +502,10 @@ class CommState:
                         moved.append(s)
                     if st[0] > st[1] and st[2] == 0:
                         st[2] = now_ns
-        if moved:
+        if moved:  # nothing moved: the comm's counters, and what follows from them, stand
             m = np.unique(np.asarray(moved, np.int64))
             self._advanced(m, np.full(len(m), now_ns, np.int64))
-        self._d_update(now_ns, now_ns)
+            self._d_update(now_ns, now_ns)
 
     # --- windows ----------------------------------------------------------------------
     def _advance(self) -> list[tuple[int, int]]:
