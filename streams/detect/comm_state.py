@@ -410,9 +410,10 @@ class CommState:
         ks, ss = _last_per_key(key, seq)
         _, kts = _last_per_key(key, ts)
         order = np.lexsort((seq, key))  # per channel, its records in seq order: entry times by seq
-        entry = {}
-        for k, q, t0 in zip(key[order].tolist(), seq[order].tolist(), c["t_start_ns"][order].tolist()):
-            entry.setdefault(k, {}).setdefault(q, t0)
+        ok_, oq = key[order], seq[order]
+        first = np.ones(len(ok_), bool)  # the first record of each (channel, seq): its entry
+        first[1:] = (ok_[1:] != ok_[:-1]) | (oq[1:] != oq[:-1])
+        entry = dict(zip(zip(ok_[first].tolist(), oq[first].tolist()), c["t_start_ns"][order][first].tolist()))
         dks, dss = _last_per_key(key[done], seq[done]) if done.any() else (ks[:0], ss[:0])
         comp = dict(zip(dks.tolist(), dss.tolist()))
         for k, s, t in zip(ks.tolist(), ss.tolist(), kts.tolist()):
@@ -432,7 +433,7 @@ class CommState:
             if st[0] > st[1] and st[2] == 0:
                 st[2] = t
             if st[0] > st[1] and st[3] == 0:
-                st[3] = entry.get(k, {}).get(st[1] + 1, 0)
+                st[3] = entry.get((k, st[1] + 1), 0)
         # completed timed calls for the P2P windows, by kind: recvs (time inside one is waiting
         # for data) and sends, from or to an earlier or a later stage (forward, backward)
         if timed.any() and self.p2p_iv_n < MAX_P2P_INTERVALS:

@@ -75,8 +75,24 @@ class CommTiming:
     xfer_ms: float = 0.0
     base_xfer: float = -1.0
     link_streak: int = 0
+    memo: dict = field(default_factory=dict)  # what is derived from `busy` and `classes`, till they change
+
+    def changed(self) -> None:
+        self.memo.clear()
+
+    def _memo(self, name: str, latest: bool, fn):
+        key = (name, latest)
+        if key not in self.memo:
+            self.memo[key] = fn(latest)
+        return self.memo[key]
 
     def class_busy(self, latest: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        return self._memo("class_busy", latest, self._class_busy)
+
+    def busy_of(self, latest: bool = False) -> np.ndarray:
+        return self._memo("busy_of", latest, self._busy_of)
+
+    def _class_busy(self, latest: bool) -> tuple[np.ndarray, np.ndarray]:
         """Pipelines: per class and rank (arrays `P2P_CLASSES` x ranks), the shortest interval
         over the kept windows (nan: none) and the count. The shortest, not a typical window's:
         a class may hold a longer instance once an iteration, and a window that happens to
@@ -87,7 +103,7 @@ class CommTiming:
         low = lows.min(axis=0)
         return np.where(np.isfinite(low), low, np.nan), counts.sum(axis=0)
 
-    def busy_of(self, latest: bool = False) -> np.ndarray:
+    def _busy_of(self, latest: bool) -> np.ndarray:
         """Per rank (aligned with `ranks`), its mean compute gap (ms) over the kept windows (or
         the newest alone); nan where it has none."""
         wins = [self.busy[-1]] if latest and self.busy else list(self.busy)
@@ -173,6 +189,7 @@ class SlowTracker:
         ct.timed = True
         self._horizon(ct, rep["ts_ns"], rep["span_ns"], rep["inside"])
         # kept as arrays (a missing figure nan, a missing class minimum inf): evaluated often
+        ct.changed()
         share = np.asarray(rep["busy_share"], float)
         if "busy_ms" in rep:
             sums = np.array([np.nan if v is None else v for v in rep["busy_ms"]], float)
@@ -189,6 +206,7 @@ class SlowTracker:
             ct.timed, ct.inside = False, None
             ct.hist.clear()
             ct.busy.clear()
+            ct.changed()
             return
         self._take(ct, rep)
         ct.lag_ms = dict(zip(rep["ranks"], rep["lag_ms"]))
@@ -209,6 +227,7 @@ class SlowTracker:
                 ct.timed, ct.inside = False, None
                 ct.hist.clear()
                 ct.busy.clear()
+                ct.changed()
             return  # an idle pipeline comm: its last figures stand
         self._take(ct, rep)
         ct.crank = rep.get("crank")
