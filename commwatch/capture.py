@@ -19,7 +19,9 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Iterator, NamedTuple
+from typing import IO, Annotated, Iterator, NamedTuple
+
+import msgspec
 
 from commwatch import topics
 from commwatch.wire import MAX_TS_NS
@@ -80,8 +82,40 @@ class CaptureWriter:
         self.close()
 
 
+class _Line(msgspec.Struct):
+    """A well-formed capture line, parsed in C; a JSON `value` stays its raw bytes (it is
+    decoded once, by the detector's decoder, not parsed here and written back)."""
+
+    topic: str
+    ts_ns: Annotated[int, msgspec.Meta(ge=0, lt=MAX_TS_NS)]
+    key: str | None = None
+    value_b64: str | msgspec.UnsetType = msgspec.UNSET
+    value: msgspec.Raw = msgspec.Raw()
+
+
+_decode_line = msgspec.json.Decoder(_Line).decode
+
+
 def parse_line(line: str, lineno: int = 0) -> Message:
-    """One capture line to a Message; raises `CaptureLineError`."""
+    """One capture line to a Message; raises `CaptureLineError`. A line the typed parser
+    refuses is parsed again by `_parse_line_checked`, which names what is wrong."""
+    try:
+        obj = _decode_line(line)
+    except (msgspec.MsgspecError, ValueError, RecursionError):
+        return _parse_line_checked(line, lineno)
+    if obj.value_b64 is not msgspec.UNSET:
+        try:
+            value = base64.b64decode(obj.value_b64, validate=True)
+        except (binascii.Error, TypeError, ValueError):
+            raise CaptureLineError(lineno, "value_b64 is not base64") from None
+    elif len(obj.value):
+        value = bytes(obj.value)
+    else:
+        raise CaptureLineError(lineno, "neither value nor value_b64")
+    return Message(obj.topic, obj.key, obj.ts_ns, value)
+
+
+def _parse_line_checked(line: str, lineno: int) -> Message:
     try:
         obj = json.loads(line)
     except ValueError as exc:
