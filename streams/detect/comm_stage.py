@@ -41,6 +41,7 @@ TICK_NS = 500_000_000
 FLUSH_RECORDS = 8192
 TICK_FLUSH_RECORDS = 1024  # at a tick, a comm's pending records are applied once this many...
 TICK_FLUSH_AGE_NS = 2_000_000_000  # ...or the oldest this old, or a window or wait may be due
+MAX_PENDING_HB = 256  # heartbeats kept waiting for a flush at most (a bound on memory)
 HB_FLUSH_GAP_NS = 250_000_000  # a heartbeat applies pending records when a report may be due, this often at most
 COMM_REPORT_NS = 1_000_000_000
 PRUNE_NS = 10_000_000_000
@@ -132,7 +133,8 @@ class CommStage:
         st = self.state(job, int(hb["comm"], 16))
         st.last_seen_ns = max(st.last_seen_ns, now_ns if stamp is None else stamp)
         out: list[dict] = []
-        if st.pending and (now_ns - st.flushed_ns < HB_FLUSH_GAP_NS or not self._report_due(st, now_ns)):
+        if st.pending and len(st.pending_hb) < MAX_PENDING_HB and (
+                now_ns - st.flushed_ns < HB_FLUSH_GAP_NS or not self._report_due(st, now_ns)):
             # records first (they are older): the heartbeat waits for the comm's next flush
             st.pending_hb.append((hb, now_ns if stamp is None else stamp))
         else:

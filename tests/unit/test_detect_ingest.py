@@ -74,3 +74,54 @@ def test_ticks_skipped_while_nothing_is_due_change_nothing(settings):
     got, want = _events(fast, msgs), _events(every, msgs)
     assert {(e["kind"], e["status"]) for e in want} >= {("hang", "open"), ("slow_rank", "open")}
     assert got == want
+
+
+def _two_rank_batch(seq: int) -> bytes:
+    recs = wire.empty(2)
+    recs["kind"], recs["op"], recs["flags"] = wire.KIND_CALL, wire.OP_ALLREDUCE, wire.FLAG_COMPLETED | wire.FLAG_GPU_TIMED
+    recs["comm"], recs["rank"], recs["comm_rank"], recs["nranks"] = 0xAB, [0, 1], [0, 1], 2
+    recs["seq"], recs["t_start_ns"], recs["t_end_ns"] = seq, T0, T0 + 1000
+    return wire.encode_batch(recs)
+
+
+def _heartbeat(at: int, completed: int) -> Message:
+    hb = {"v": 1, "job": "j", "node": "n0", "ts_ns": at, "comm": "00000000000000ab",
+          "ranks": [{"rank": 0, "started": completed, "completed": completed}]}
+    return Message(topics.PROGRESS, "j/00000000000000ab", at, json.dumps(hb).encode())
+
+
+def test_a_heartbeat_behind_pending_records_is_applied_after_them(settings):
+    """Records are older than the heartbeat that follows them: the completion they carry is
+    dated by their own message, not by the later heartbeat that repeats it."""
+    stage = CommStage(settings)
+    first = Message(topics.CALLS, "j/00000000000000ab", T0, _two_rank_batch(0))
+    stage.feed(first, decode_message(first), T0)
+    stage.tick_job("j", T0 + S)  # the comm is known: later batches wait for a flush
+    calls = Message(topics.CALLS, "j/00000000000000ab", T0 + 2 * S, _two_rank_batch(1))
+    stage.feed(calls, decode_message(calls), T0 + 2 * S)
+    hb = _heartbeat(T0 + 2 * S + S // 10, 1)
+    stage.feed(hb, decode_message(hb), hb.ts_ns)
+    st = stage.comms[("j", 0xAB)]
+    assert st.pending and st.pending_hb, "the heartbeat waits behind the pending batch"
+    stage.tick_job("j", T0 + 3 * S)
+    assert not st.pending and not st.pending_hb
+    assert st.completed.tolist() == [1, 1]
+    assert st.done_adv_ns[0] == T0 + 2 * S  # the records' time: applied first
+
+
+def test_heartbeats_waiting_behind_records_are_bounded(settings):
+    from commwatch.streams.detect.comm_stage import MAX_PENDING_HB
+
+    stage = CommStage(settings)
+    first = Message(topics.CALLS, "j/00000000000000ab", T0, _two_rank_batch(0))
+    stage.feed(first, decode_message(first), T0)
+    stage.tick_job("j", T0 + S)
+    calls = Message(topics.CALLS, "j/00000000000000ab", T0 + 2 * S, _two_rank_batch(1))
+    stage.feed(calls, decode_message(calls), T0 + 2 * S)
+    st = stage.comms[("j", 0xAB)]
+    for i in range(3 * MAX_PENDING_HB):  # no tick: only the bound flushes them
+        hb = _heartbeat(T0 + 2 * S, 1)
+        stage.feed(hb, decode_message(hb), T0 + 2 * S)
+        if not st.pending:  # flushed: batch again
+            stage.feed(calls, decode_message(calls), T0 + 2 * S)
+        assert len(st.pending_hb) <= MAX_PENDING_HB
