@@ -18,6 +18,9 @@ Three measurements, printed as a table (JSON with --json):
   record consumed, from the workers' metrics), then jobs paced at wall-clock speed, each
   with a hang, and the delay from fault + detection threshold to the alert's arrival.
 
+The simulated node agents batch calls as `COMMWATCH_AGENT_FLUSH_S` says (0.1 s by default;
+`--set agent_flush_s=1.0` measures the replay and the live flood with 1 s batches).
+
 --quick takes about two minutes (plus up to two more when a worker group never starts
 consuming: that run is reported as an error row, not timed).
 """
@@ -85,7 +88,7 @@ def replay_run(settings: Settings, ranks: int, records: float) -> dict:
 
     tp, pp, dp = shape(ranks)
     sim_s = max(0.5, round(records / (ranks * CALLS_PER_RANK_S), 2))
-    spec = JobSpec(job="bench", tp=tp, pp=pp, dp=dp, duration_s=sim_s)
+    spec = JobSpec(job="bench", tp=tp, pp=pp, dp=dp, duration_s=sim_s, batch_s=settings.agent_flush_s)
     sim = simulate(spec)
     t0 = time.perf_counter()
     msgs = list(sim.messages())
@@ -358,7 +361,7 @@ def live_run(settings: Settings, count: int, quick: bool, logdir: Path) -> dict:
         ready_s = time.perf_counter() - started
         # throughput: one job, produced as fast as the producer goes, in the recent past
         sim_s = 8 if quick else 30
-        spec = JobSpec(job="flood", tp=8, pp=2, dp=4, duration_s=sim_s,
+        spec = JobSpec(job="flood", tp=8, pp=2, dp=4, duration_s=sim_s, batch_s=s.agent_flush_s,
                        start_ns=time.time_ns() - int((sim_s + 5) * 1e9))
         sim = simulate(spec)
         msgs = list(sim.messages())
