@@ -21,7 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Annotated, Iterator, NamedTuple
 
-import msgspec
+try:  # the pipeline extra; without it (a training image) lines are parsed by the checked parser
+    import msgspec
+except ImportError:  # pragma: no cover - exercised by the lean-install test
+    msgspec = None
 
 from commwatch import topics
 from commwatch.wire import MAX_TS_NS
@@ -82,26 +85,29 @@ class CaptureWriter:
         self.close()
 
 
-class _Line(msgspec.Struct):
-    """A well-formed capture line, parsed in C; a JSON `value` stays its raw bytes (it is
-    decoded once, by the detector's decoder, not parsed here and written back)."""
+if msgspec is not None:
+    class _Line(msgspec.Struct):
+        """A well-formed capture line, parsed in C; a JSON `value` stays its raw bytes (it is
+        decoded once, by the detector's decoder, not parsed here and written back)."""
 
-    topic: str
-    ts_ns: Annotated[int, msgspec.Meta(ge=0, lt=MAX_TS_NS)]
-    key: str | None = None
-    value_b64: str | msgspec.UnsetType = msgspec.UNSET
-    value: msgspec.Raw = msgspec.Raw()
+        topic: str
+        ts_ns: Annotated[int, msgspec.Meta(ge=0, lt=MAX_TS_NS)]
+        key: str | None = None
+        value_b64: str | msgspec.UnsetType = msgspec.UNSET
+        value: msgspec.Raw = msgspec.Raw()
 
-
-_decode_line = msgspec.json.Decoder(_Line).decode
+    _decode_line = msgspec.json.Decoder(_Line).decode
+    _LINE_REFUSED: tuple = (msgspec.MsgspecError, ValueError, RecursionError)
 
 
 def parse_line(line: str, lineno: int = 0) -> Message:
     """One capture line to a Message; raises `CaptureLineError`. A line the typed parser
     refuses is parsed again by `_parse_line_checked`, which names what is wrong."""
+    if msgspec is None:
+        return _parse_line_checked(line, lineno)
     try:
         obj = _decode_line(line)
-    except (msgspec.MsgspecError, ValueError, RecursionError):
+    except _LINE_REFUSED:
         return _parse_line_checked(line, lineno)
     if obj.value_b64 is not msgspec.UNSET:
         try:

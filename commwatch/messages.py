@@ -15,8 +15,8 @@ import math
 import re
 from typing import Any, Callable
 
-from commwatch import message_schema, topics
-from commwatch.message_schema import (HEX16, JOB_CHARS, MAX_INT, MAX_ITEMS, MAX_JOB_LEN, MAX_NAME_LEN, MAX_PHASE_MS,
+from commwatch import topics
+from commwatch.bounds import (HEX16, JOB_CHARS, MAX_INT, MAX_ITEMS, MAX_JOB_LEN, MAX_NAME_LEN, MAX_PHASE_MS,
                                       MAX_READING, NAME_CHARS)
 from commwatch.wire import MAX_RANKS, MAX_SEQ, MAX_TS_NS, WireError
 
@@ -300,16 +300,34 @@ def loads(value: bytes | str) -> Any:
         raise WireError("bad_json", "JSON nested too deeply") from None
 
 
+_typed_decoders: dict | None = None
+_REFUSED: tuple = ()
+
+
+def _typed() -> dict:
+    """The typed decoders, when msgspec is installed (the pipeline and agent extras); the
+    base install (a training image) decodes with the checks alone."""
+    global _typed_decoders, _REFUSED
+    if _typed_decoders is None:
+        try:
+            from commwatch import message_schema
+        except ImportError:
+            _typed_decoders = {}
+        else:
+            _typed_decoders, _REFUSED = message_schema.DECODERS, message_schema.Refused
+    return _typed_decoders
+
+
 def decode(base_topic: str, value: bytes | str) -> dict:
     """Parse and validate a JSON message of `base_topic` (a contract topic name). The topics
     that arrive at rate take the typed decoders of `message_schema` first; a message they
     refuse is parsed again here, which names the field and the reason."""
-    fast = message_schema.DECODERS.get(base_topic)
+    fast = _typed().get(base_topic)
     if fast is not None:
         decode_typed, across = fast
         try:
             msg = decode_typed(value)
-        except message_schema.Refused:
+        except _REFUSED:
             pass
         else:
             if across is None or across(msg):

@@ -115,3 +115,8 @@ def test_mutated_messages_agree(topic, data):
     path = data.draw(st.sampled_from(list(_paths(base))))
     value = data.draw(st.one_of(TRICKY, st.just(_DROP), st.integers(), st.floats(allow_nan=False)))
     agree(topic, json.dumps(_mutate(base, path, value)).encode())
+
+
+def test_decode_takes_the_typed_path_where_msgspec_is_installed():
+    messages.decode(topics.STEPS, json.dumps(hi.STEPS).encode())
+    assert messages._typed() is message_schema.DECODERS
