@@ -37,7 +37,7 @@
 
 /* flags */
 #define CW_FLAG_COMPLETED      (1u << 0) /* t_end_ns is valid */
-#define CW_FLAG_GPU_TIMED      (1u << 1) /* times come from the GPU */
+#define CW_FLAG_GPU_TIMED      (1u << 1) /* times come from the GPU (without COMPLETED: it started on the device) */
 #define CW_FLAG_GRAPH_CAPTURED (1u << 2)
 #define CW_FLAG_ENQUEUED       (1u << 3) /* t_start_ns is a host enqueue, not arrival */
 #define CW_FLAG_COMPLETION_LOST (1u << 4) /* the probe gave up on this call's completion */

@@ -113,6 +113,49 @@ void cw_sweep_attention(int64_t now) {
   }
 }
 
+/* Device entry: an operation whose kernel started on the GPU and has run for the
+ * device-entry time without completing is written once more as an entry, with the
+ * GPU's start time (GPU_TIMED, COMPLETED clear; wire spec 1: a GPU-timed start is
+ * when the operation started on the device). Its rank is inside the call on the
+ * device, not only queued behind another kernel: what tells the rank a peer waits
+ * for from the rank waiting. Calls that complete sooner (all normal ones) get no
+ * third record. The completion may be claimed between the check below and the
+ * write; the entry then follows its completion in the ring, which changes no
+ * counter (consumers take the highest seq entered and completed). */
+static void device_entry(struct cw_op* o, uint64_t v, int64_t now) {
+  const uint64_t tag = ((uint64_t)CW_CTL_GEN(v) << 1) | 1u;
+  const struct cw_ctx* ctx;
+  struct cw_record r;
+  uint64_t g0, v2;
+  int64_t off;
+  if (o->dev_entry_tag == tag || CW_CTL_STARTED(v) == 0 || CW_CTL_STOPPED(v) >= CW_CTL_STARTED(v)) return;
+  g0 = __atomic_load_n(&o->gpu_start, __ATOMIC_RELAXED);
+  ctx = __atomic_load_n(&o->ctx, __ATOMIC_RELAXED);
+  off = __atomic_load_n(&ctx->gpu_off, __ATOMIC_RELAXED);
+  /* waited on the host clock since its latest channel event (the GPU stamp's offset
+   * is an estimate; the host clock is the one `now` is on) */
+  if (g0 == 0 || g0 == UINT64_MAX || off == INT64_MAX ||
+      now - __atomic_load_n(&o->t_last_ch, __ATOMIC_RELAXED) < cw.device_entry_ns)
+    return;
+  r.kind = CW_KIND_CALL;
+  r.op = o->op;
+  r.flags = (uint16_t)(o->flags | CW_FLAG_GPU_TIMED);
+  r.rank = cw.set.rank;
+  r.comm = ctx->comm;
+  r.seq = o->seq;
+  r.t_start_ns = (int64_t)g0 + off;
+  r.t_end_ns = 0;
+  r.bytes = o->bytes;
+  r.comm_rank = ctx->comm_rank;
+  r.peer = o->peer;
+  r.nranks = ctx->nranks;
+  r.aux = o->aux;
+  v2 = __atomic_load_n(&o->ctl, __ATOMIC_ACQUIRE);
+  if (CW_CTL_GEN(v2) != CW_CTL_GEN(v) || (v2 & CW_CTL_DONE)) return; /* completed or reused meanwhile */
+  o->dev_entry_tag = tag;
+  cw_ring_put(&cw.ring, &r, now);
+}
+
 void cw_sweep_scan(int64_t now) {
   for (uint32_t i = 0; i <= cw.ops_mask; i++) {
     struct cw_op* o = &cw.ops[i];
@@ -126,6 +169,7 @@ void cw_sweep_scan(int64_t now) {
       cw_op_lose(o, CW_CTL_GEN(v), now);
       continue;
     }
+    device_entry(o, v, now);
     if ((v & CW_CTL_TASK_STOPPED) == 0) continue;
     if (o->seen_stop_gen != CW_CTL_GEN(v) || o->t_seen_stop == 0) {
       o->seen_stop_gen = CW_CTL_GEN(v);

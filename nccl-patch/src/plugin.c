@@ -115,6 +115,7 @@ static ncclResult_t setup_locked(void) {
   cw.attention_pending = 0;
   cw.grace_ns = (int64_t)cw.set.grace_ms * 1000000;
   cw.timeout_ns = (int64_t)cw.set.timeout_ms * 1000000;
+  cw.device_entry_ns = (int64_t)cw.set.device_entry_ms * 1000000;
   cw_clock_setup(cw.set.use_tsc);
   /* Before the file exists: a fork from another thread must never copy the lock. */
   if (!g_atfork) g_atfork = pthread_atfork(NULL, NULL, atfork_child) == 0;
@@ -133,10 +134,10 @@ static ncclResult_t setup_locked(void) {
   g_ready = 1;
   cw_log(NCCL_LOG_INFO,
          "ring %s (%llu records), rank %d from %s, gpu timing %s, clock %s, grace %u ms, "
-         "completion timeout %u ms",
+         "completion timeout %u ms, device entry after %u ms",
          cw.ring.path, (unsigned long long)cw.set.ring_capacity, (int)cw.set.rank,
          cw.set.rank_source, cw.set.gpu_timing ? "on" : "off", cw_clock_name(), cw.set.grace_ms,
-         cw.set.timeout_ms);
+         cw.set.timeout_ms, cw.set.device_entry_ms);
   return ncclSuccess;
 
 fail:

@@ -75,6 +75,7 @@ struct cw_op {
   int64_t t_seen_stop;        /* sweeper only: first scan that saw the task stopped, */
   uint32_t seen_stop_gen;     /* sweeper only: ... in this generation of the slot */
   uint8_t nch;                /* channels NCCL announced, or CW_NCH_UNKNOWN */
+  uint64_t dev_entry_tag;     /* sweeper only: (generation << 1) | 1 once its device entry is written */
   /* what the completion record repeats from the entry record */
   struct cw_ctx* ctx __attribute__((aligned(64)));
   uint64_t seq;
@@ -99,6 +100,7 @@ struct cw_probe {
   int* nccl_mask;             /* NCCL's activation mask (one word per process in NCCL) */
   int64_t grace_ns;
   int64_t timeout_ns;
+  int64_t device_entry_ns;
 };
 
 extern struct cw_probe cw;

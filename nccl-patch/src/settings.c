@@ -145,6 +145,9 @@ int cw_settings_load(struct cw_settings* s, char* err, size_t err_len,
   if (load_range("COMMWATCH_CHANNEL_GRACE_MS", CW_DEFAULT_GRACE_MS, CW_MIN_GRACE_MS,
                  CW_MAX_GRACE_MS, &s->grace_ms, err, err_len) != 0)
     return -1;
+  if (load_range("COMMWATCH_DEVICE_ENTRY_MS", CW_DEFAULT_DEVICE_ENTRY_MS, CW_MIN_DEVICE_ENTRY_MS,
+                 CW_MAX_DEVICE_ENTRY_MS, &s->device_entry_ms, err, err_len) != 0)
+    return -1;
 
   load_rank(s, warn, warn_len);
   return 0;

@@ -20,6 +20,9 @@
 #define CW_DEFAULT_GRACE_MS      10u
 #define CW_MIN_GRACE_MS          1u
 #define CW_MAX_GRACE_MS          10000u
+#define CW_DEFAULT_DEVICE_ENTRY_MS 1000u
+#define CW_MIN_DEVICE_ENTRY_MS   10u
+#define CW_MAX_DEVICE_ENTRY_MS   600000u
 
 struct cw_settings {
   char ring_dir[CW_RING_DIR_MAX]; /* COMMWATCH_RING_DIR */
@@ -30,6 +33,7 @@ struct cw_settings {
   int use_tsc;                    /* COMMWATCH_CLOCK: 1 auto (TSC where the kernel uses it), 0 realtime */
   uint32_t timeout_ms;            /* COMMWATCH_COMPLETION_TIMEOUT_MS */
   uint32_t grace_ms;              /* COMMWATCH_CHANNEL_GRACE_MS */
+  uint32_t device_entry_ms;       /* COMMWATCH_DEVICE_ENTRY_MS: a kernel running this long uncompleted gets a device entry */
   int32_t rank;                   /* RANK | OMPI_COMM_WORLD_RANK | SLURM_PROCID | -1 */
   const char* rank_source;        /* name of the variable the rank came from, or "none" */
 };

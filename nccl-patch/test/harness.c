@@ -38,7 +38,7 @@ void nccl_log(ncclDebugLogLevel level, unsigned long flags, const char* file, in
 void set_job(const char* job, const char* rank) {
   static const char* const settings[] = {
     "COMMWATCH_RING_CAPACITY", "COMMWATCH_MAX_INFLIGHT", "COMMWATCH_GPU_TIMING", "COMMWATCH_CLOCK",
-    "COMMWATCH_COMPLETION_TIMEOUT_MS", "COMMWATCH_CHANNEL_GRACE_MS",
+    "COMMWATCH_COMPLETION_TIMEOUT_MS", "COMMWATCH_CHANNEL_GRACE_MS", "COMMWATCH_DEVICE_ENTRY_MS",
   };
   for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++) unsetenv(settings[i]);
   setenv("COMMWATCH_RING_DIR", g_dir, 1);
@@ -140,6 +140,7 @@ int main(int argc, char** argv) {
     {"graph-captured operations (v5 and v6)", scenario_graph_capture},
     {"channels that never stop: COMPLETION_LOST after the timeout", scenario_timeout},
     {"v4 and v6 entry points, op and size mapping", scenario_abi_versions},
+    {"device entry: a kernel waiting on the GPU is written as entered there", scenario_device_entry},
     {"abort at finalize: open operations written off, then COMM_DESTROY", scenario_abort_at_finalize},
     {"ring lifecycle: lock, close, unlink, killed writer, exit, replacement", scenario_lifecycle},
     {"fork: a child holds no lock and removes nothing", scenario_fork},

@@ -70,6 +70,7 @@ void scenario_proxy_events(void);
 void scenario_graph_capture(void);
 void scenario_timeout(void);
 void scenario_abi_versions(void);
+void scenario_device_entry(void);
 /* scenarios (sc_ring.c) */
 void scenario_abort_at_finalize(void);
 void scenario_lifecycle(void);

@@ -811,6 +811,60 @@ void scenario_timeout(void) {
   dlclose(p.dl);
 }
 
+/* ---------------------------------------------------------- device entry */
+
+/* A kernel that runs without completing for COMMWATCH_DEVICE_ENTRY_MS gets one
+ * entry record with its GPU start (GPU_TIMED, COMPLETED clear); one that
+ * completes sooner gets none, and a task whose kernel never started gets none. */
+void scenario_device_entry(void) {
+  struct plugin p;
+  void *ctx, *a, *b, *c, *ka, *kb;
+  char path[1024];
+  struct tail t;
+  struct cw_record out[64];
+  const struct cw_record* r;
+  size_t n;
+  int64_t t_gpu;
+  const uint64_t C = 0x7f;
+
+  set_job("harness-devent", "0");
+  setenv("COMMWATCH_DEVICE_ENTRY_MS", "100", 1);
+  if (plugin_load(&p, g_lib) != 0) { g_failures++; return; }
+  ctx = init5(&p, C, 1, 2, 0);
+  ring_path(path, sizeof(path), "harness-devent", "0.ring");
+  if (ctx == NULL || tail_open(&t, path) != 0) { g_failures++; return; }
+  tail_poll(&t, out, 64);
+
+  /* b: on the device and done at once; a: on the device, waiting; c: queued behind a */
+  b = coll5(&p, ctx, "AllReduce", 0, 1, "ncclInt8", 0, 1);
+  kb = kch5(&p, ctx, b, 0, gpu_ns());
+  p.v5->stopEvent(b);
+  kch_end(&p, kb, gpu_ns());
+  a = coll5(&p, ctx, "AllReduce", 1, 1, "ncclInt8", 0, 1);
+  t_gpu = real_ns();
+  ka = kch5(&p, ctx, a, 0, gpu_ns());
+  p.v5->stopEvent(a);
+  c = coll5(&p, ctx, "AllReduce", 2, 1, "ncclInt8", 0, 1);
+  p.v5->stopEvent(c);
+  n = tail_wait(&t, out, 0, 64, 5, 3000);
+  CHECK(count(out, n, C, 0, GPU_OK) == 1, "b completed");
+  CHECK(count(out, n, C, 1, CW_FLAG_GPU_TIMED) == 1, "a: one device entry (%zu records)", n);
+  CHECK(count(out, n, C, 2, CW_FLAG_GPU_TIMED) == 0 && count(out, n, C, 0, CW_FLAG_GPU_TIMED) == 0,
+        "no device entry for a call done at once, or one whose kernel never started");
+  r = find(out, n, C, 1, CW_FLAG_GPU_TIMED);
+  CHECK(r != NULL && r->t_end_ns == 0 && llabs(r->t_start_ns - t_gpu) < 20000000 && r->op == CW_OP_ALLREDUCE &&
+        r->nranks == 2, "device entry: the GPU start, no end");
+  usleep(600000); /* more scans: still one */
+  n = tail_wait(&t, out, n, 64, n + 1, 100);
+  CHECK(count(out, n, C, 1, CW_FLAG_GPU_TIMED) == 1, "written once");
+  kch_end(&p, ka, gpu_ns());
+  n = tail_wait(&t, out, n, 64, n + 1, 3000);
+  CHECK(count(out, n, C, 1, GPU_OK) == 1, "a completes after its device entry");
+  p.v5->finalize(ctx);
+  tail_close(&t);
+  dlclose(p.dl);
+}
+
 /* ------------------------------------------------- v4 and v6 ABI mapping */
 
 void scenario_abi_versions(void) {

@@ -13,6 +13,10 @@
  * record's kind, op, flags, rank, comm, seq, bytes, comm_rank, peer, nranks
  * and aux (as multisets), and the duration of each GPU-timed completion
  * (within 2 us: the GPU stamps are replayed as recorded). Host times differ.
+ * Device entries (GPU_TIMED, COMPLETED clear: a kernel that ran 100 ms without
+ * completing) are newer than the recordings: they are checked apart, against the
+ * completion of the same call and against what each run did (a rank waiting on
+ * its peer's hang gets them; the rank that hangs, host or GPU, does not).
  * HARNESS_RECORDED names the directory (default test/recorded);
  * HARNESS_RECORDED_DUMP, a directory, receives what each replay wrote.
  */
@@ -110,6 +114,7 @@ static size_t replay(const char* trace, const char* job, const char* rank, struc
   CHECK(f != NULL, "cannot open %s", trace);
   if (f == NULL) return 0;
   set_job(job, rank);
+  setenv("COMMWATCH_DEVICE_ENTRY_MS", "100", 1); /* the replay keeps at most 300 ms of a gap */
   if (plugin_load(&p, g_lib) != 0) { fclose(f); g_failures++; return 0; }
   ring_path(path, sizeof(path), job, "");
   snprintf(path + strlen(path), sizeof(path) - strlen(path), "%s.ring", rank);
@@ -228,6 +233,35 @@ static size_t replay(const char* trace, const char* job, const char* rank, struc
   return n;
 }
 
+static int starts_with(const char* s, const char* prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
+
+/* Moves the device entries out of recs (keeping the order of the rest) and checks
+ * them: each names a call that completed GPU-timed (its start time is not compared:
+ * a replay runs faster than the GPU stamps it replays, which skews the offset
+ * estimate; the scripted scenario checks it), and in the hang runs
+ * rank 0, which waits, has some, and rank 1, which hangs, has none. */
+static size_t device_entries(const char* base, struct cw_record* recs, size_t* n) {
+  static struct cw_record dev[MAX_RECS];
+  size_t nd = 0, k = 0;
+  for (size_t i = 0; i < *n; i++) {
+    if ((recs[i].flags & (CW_FLAG_GPU_TIMED | CW_FLAG_COMPLETED)) == CW_FLAG_GPU_TIMED) dev[nd++] = recs[i];
+    else recs[k++] = recs[i];
+  }
+  *n = k;
+  for (size_t i = 0; i < nd; i++) {
+    int matched = 0;
+    for (size_t j = 0; j < k && !matched; j++)
+      matched = recs[j].comm == dev[i].comm && recs[j].seq == dev[i].seq && recs[j].op == dev[i].op &&
+                recs[j].peer == dev[i].peer && (recs[j].flags & GPU_OK) == GPU_OK && dev[i].t_end_ns == 0;
+    CHECK(matched, "%s: device entry of seq %" PRIu64 " has no GPU-timed completion", base, dev[i].seq);
+  }
+  if (starts_with(base, "hang-nccl.") || starts_with(base, "gpuhang-nccl.")) {
+    int waiter = base[strlen(base) - 1] == '0';
+    CHECK(waiter ? nd > 0 : nd == 0, "%s: %zu device entries (rank %s)", base, nd, waiter ? "0 waits" : "1 hangs");
+  }
+  return nd;
+}
+
 static int ends_with(const char* s, const char* suffix) {
   size_t a = strlen(s), b = strlen(suffix);
   return a >= b && strcmp(s + a - b, suffix) == 0;
@@ -267,6 +301,7 @@ void scenario_recorded(void) {
       if (fo != NULL) { fwrite(got, sizeof(got[0]), ng, fo); fclose(fo); }
     }
     CHECK(nw > 0, "%s: no recorded records", calls);
+    size_t ndev = device_entries(base, got, &ng);
     for (size_t i = 0; i < ng; i++) kg[i] = key_of(&got[i]);
     for (size_t i = 0; i < nw; i++) kw[i] = key_of(&want[i]);
     qsort(kg, ng, sizeof(kg[0]), key_cmp);
@@ -281,7 +316,8 @@ void scenario_recorded(void) {
         break;
       }
     }
-    printf("  recorded %s: %zu records, %s\n", base, ng, g_failures == before ? "same" : "DIFFERENT");
+    printf("  recorded %s: %zu records, %s; %zu device entries\n", base, ng,
+           g_failures == before ? "same" : "DIFFERENT", ndev);
   }
   closedir(d);
   CHECK(traces > 0, "no traces in %s", dir);

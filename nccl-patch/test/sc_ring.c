@@ -411,6 +411,7 @@ void scenario_bad_env(void) {
     {"COMMWATCH_RING_DIR", "relative/dir"}, {"COMMWATCH_MAX_INFLIGHT", "100"},
     {"COMMWATCH_COMPLETION_TIMEOUT_MS", "5"}, {"COMMWATCH_COMPLETION_TIMEOUT_MS", "1e3"},
     {"COMMWATCH_CHANNEL_GRACE_MS", "0"}, {"COMMWATCH_CHANNEL_GRACE_MS", "-1"},
+    {"COMMWATCH_DEVICE_ENTRY_MS", "5"}, {"COMMWATCH_DEVICE_ENTRY_MS", "1s"},
     {"COMMWATCH_CLOCK", "tsc"},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
