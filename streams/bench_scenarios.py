@@ -10,8 +10,8 @@ different clocks, and healthy controls. `recorded`: probe output recorded on a r
 under NCCL (`nccl-patch/test/recorded/`, two-rank jobs: a hang, a host-side straggler and
 healthy runs and DDP, each with the plugin and with the hook), published through the node agent
 model (`jobmodel.recorded`); found only in a source checkout. `gpuhang-*`: a GPU stuck in a
-compute kernel while its host enqueues on, which v1 records cannot attribute (scored as a
-hang of that rank all the same).
+compute kernel while its host enqueues on, attributed through the device entries today's
+probes write (derived for these recordings, `jobmodel.recorded`).
 
 Each scenario builds to a `Built`: messages in event-time order (`ts_ns`, stable, as
 `commwatch replay` reads a capture; the three-jobs scenario also in the order a live worker
@@ -277,6 +277,12 @@ def jobmodel_cases() -> list[Case]:
     for order in ("arrival", "replay"):
         out.append(Case(f"jm/three-jobs-{order}-order", "jobmodel", lambda o=order, s=len(out) + 1: build_three_jobs(s, o),
                         quick=order == "arrival", ranks=48, tags=("multi",)))
+    # a GPU stuck in a compute kernel while its host enqueues on: its peers wait inside the next
+    # collective on their GPUs (device entries), its own entry is an enqueue (added last: the
+    # seeds of the scenarios above stay as they were)
+    for lay in (L16, L8, L8P, L64):
+        add("gpu-stuck", lay, quick=lay == L16, probe="gpu", duration_s=45.0,
+            faults=lambda w, s: (jm.GpuStuck(rank=pick(w, s), at_s=18.0),))
     return out
 
 

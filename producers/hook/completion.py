@@ -12,6 +12,13 @@ completion is observed:
 - works (async ops, works without a future): when `work.is_completed()` turns true; the
   completion time is when the poller saw it, the entry time stays the host enqueue.
 
+A device-timed call whose start event has completed and whose end event has not, for
+`device_entry_s` (1 s) of the poller's time, is written once more as an entry: GPU_TIMED
+without COMPLETED, its start the device's (wire spec 1). Its rank is inside the call on
+the GPU, not only queued behind other work: what tells a waiting rank from the rank whose
+GPU never reached the call. Calls that finish sooner (every call of a healthy job) get no
+third record.
+
 Nothing here waits on the device: events and works are only queried. The hand-over is a
 bounded queue; when it is full the call is dropped, counted in `dropped`, and its record
 says COMPLETION_LOST at once. A call whose completion is not seen within `timeout_s` (or
@@ -40,12 +47,13 @@ POLL_S = 0.005  # poll period while calls are pending
 IDLE_S = 0.05  # poll period when nothing is pending
 ANCHOR_S = 1.0  # re-anchor device time to host time this often while busy
 TIMEOUT_S = 600.0  # give up on a completion after this long (NCCL's own watchdog default)
+DEVICE_ENTRY_S = 1.0  # a call started on the device and not done this long gets a device entry
 
 
 class Pending:
     """One call waiting for its completion. `call` = (op, comm, seq, t0, nbytes, peer)."""
 
-    __slots__ = ("call", "flags", "start", "end", "anchor", "work", "deadline")
+    __slots__ = ("call", "flags", "start", "end", "anchor", "work", "deadline", "on_device")
 
     def __init__(self, call: tuple, flags: int, start: Any = None, end: Any = None, anchor: Any = None,
                  work: Any = None, deadline: float = 0.0):
@@ -56,6 +64,7 @@ class Pending:
         self.anchor = anchor
         self.work = work
         self.deadline = deadline
+        self.on_device = 0.0  # when the poller first saw its start event done (-1: device entry written)
 
 
 class Completions:
@@ -63,7 +72,7 @@ class Completions:
 
     def __init__(self, write: Callable[..., None], events: Any = None, *, capacity: int = CAPACITY,
                  timeout_s: float = TIMEOUT_S, poll_s: float = POLL_S, idle_s: float = IDLE_S,
-                 anchor_s: float = ANCHOR_S):
+                 anchor_s: float = ANCHOR_S, device_entry_s: float = DEVICE_ENTRY_S):
         self.write = write
         self.events = events
         self.capacity = capacity
@@ -71,6 +80,8 @@ class Completions:
         self.poll_s = poll_s
         self.idle_s = idle_s
         self.anchor_s = anchor_s
+        self.device_entry_s = device_entry_s
+        self.device_entries = 0
         self.inbox: collections.deque[Pending] = collections.deque()
         self.pending: list[Pending] = []
         self.n_pending = 0  # len(pending), published by the poller for the training thread
@@ -156,6 +167,8 @@ class Completions:
                 if ev.query(p.end) and ev.query(p.anchor[0]):
                     self._complete_timed(p)
                     continue
+                if p.on_device >= 0:
+                    self._device_entry(p, mono)
             else:
                 try:
                     done = p.work.is_completed()
@@ -188,6 +201,21 @@ class Completions:
         self.completed += 1
         self.write(op, flags, comm, seq, t_start, max(t_end, t_start), nbytes, peer)
         self._release(p)
+
+    def _device_entry(self, p: Pending, mono: float) -> None:
+        ev = self.events
+        if p.on_device == 0.0:
+            if ev.query(p.start) and ev.query(p.anchor[0]):
+                p.on_device = mono
+            return
+        if mono - p.on_device < self.device_entry_s:
+            return
+        anchor_ev, anchor_ns = p.anchor
+        op, comm, seq, _t0, nbytes, peer = p.call
+        p.on_device = -1.0
+        self.device_entries += 1
+        self.write(op, (p.flags & ~wire.FLAG_ENQUEUED) | GPU, comm, seq,
+                   anchor_ns + int(ev.elapsed_ms(anchor_ev, p.start) * 1e6), 0, nbytes, peer)
 
     def _release(self, p: Pending) -> None:
         if self.events is not None and p.end is not None:

@@ -14,7 +14,8 @@ time from the job's start.
 
 Faults act here through a rank's `host_stop` (the host enqueues nothing at or after it:
 a hang, a crash, the end of the run), `gpu_stop` (the process is gone: nothing runs or
-completes on its GPU after it), `finish_after` (the loop ends at the next iteration
+completes on its GPU after it), `gpu_hang` (the first compute kernel started from then
+never ends; its host enqueues on until it waits for the GPU), `finish_after` (the loop ends at the next iteration
 boundary), slowness factors from a time on, host pauses, and
 communicators whose instances never complete from a time on (a transport hang).
 """
@@ -50,6 +51,7 @@ class RankPlan:
     checkpoints: dict[int, float] = field(default_factory=dict)  # iteration -> host seconds at its start
     host_stop: float = INF
     gpu_stop: float = INF
+    gpu_hang: float = INF  # the first compute kernel the GPU starts from then never ends
     finish_after: float = INF  # the training loop ends at the first iteration boundary from then
 
 
@@ -201,6 +203,9 @@ class Engine:
                     rk.gpu_dead = True
                     return moved
                 rk.start[i] = s
+                if op.code == COMPUTE and s >= rk.plan.gpu_hang:  # stuck in this kernel for good
+                    rk.gpu_dead = True
+                    return moved
                 if op.code == COMPUTE:
                     rk.end[i] = s + rk.compute_s(op, i, s)
                 elif op.code == COLL:

@@ -57,6 +57,18 @@ class StuckCompletion:
 
 
 @dataclass(frozen=True)
+class GpuStuck:
+    """The first compute kernel the rank's GPU starts from `at_s` never finishes (a spinning or
+    faulted kernel): nothing after it on its stream starts. Its host goes on enqueueing until it waits
+    for the GPU (the iteration's sync, or a full launch queue); its probe keeps writing. Its
+    peers wait inside the next collective on their GPUs; its own entry of that collective is
+    only an enqueue."""
+
+    rank: int
+    at_s: float
+
+
+@dataclass(frozen=True)
 class CommHang:
     """A transport hang: from `at_s`, instances of the communicator `group` (a layout group
     name such as ``dp.p0.t0``) complete on no member although every member entered."""
@@ -92,4 +104,4 @@ class AgentSilent:
     at_s: float
 
 
-Fault = HostHang | Crash | JobExit | StuckCompletion | CommHang | SlowGpu | HostPause | AgentSilent
+Fault = HostHang | Crash | JobExit | StuckCompletion | GpuStuck | CommHang | SlowGpu | HostPause | AgentSilent

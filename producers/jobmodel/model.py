@@ -173,6 +173,8 @@ def _plans(cfg: JobConfig, layout: Layout, rng: np.random.Generator) -> list[Ran
                 plan.gpu_stop = min(plan.gpu_stop, f.at_s)
             elif isinstance(f, F.StuckCompletion):
                 plan.host_stop = min(plan.host_stop, f.at_s + f.host_after_s)
+            elif isinstance(f, F.GpuStuck):  # a kernel never ends; the host runs on until it waits for it
+                plan.gpu_hang = min(plan.gpu_hang, f.at_s)
             elif isinstance(f, F.SlowGpu):
                 plan.slow.append((f.at_s, f.factor))
             elif isinstance(f, F.HostPause):
@@ -271,13 +273,13 @@ def truth(run: JobRun) -> list[dict]:
     out = []
     for f in cfg.faults:
         name = type(f).__name__
-        if isinstance(f, (F.HostHang, F.Crash, F.StuckCompletion)):
+        if isinstance(f, (F.HostHang, F.Crash, F.StuckCompletion, F.GpuStuck)):
             waits = [t for t in blocked if t < end]
             onset = max(f.at_s, min(waits)) if waits else f.at_s
             if isinstance(f, F.StuckCompletion):  # seen from its first completion never reported, not
                 onset = f.at_s  # from the peers' first wait (its host blocks `host_after_s` later)
             extra = {"exited": True} if isinstance(f, F.Crash) else {"stuck_completion": True} \
-                if isinstance(f, F.StuckCompletion) else {}
+                if isinstance(f, F.StuckCompletion) else {"gpu_stuck": True} if isinstance(f, F.GpuStuck) else {}
             out.append(entry("hang", name, f.at_s, onset, [f.rank], expect=bool(waits), **extra))
         elif isinstance(f, F.JobExit):  # onset: the last process is gone
             out.append(entry("job_end", name, f.at_s, max(exits.values()), expect=False, clean=f.clean))

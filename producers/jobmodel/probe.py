@@ -7,7 +7,7 @@ at a true time (``written``), which is when the node agent can first forward it.
 
 | mode | entry record | completed record |
 |---|---|---|
-| ``gpu`` | at h: ENQUEUED, t_start = h | at e + 0.5..3 ms: COMPLETED+GPU_TIMED, t_start = s, t_end = e |
+| ``gpu`` | at h: ENQUEUED, t_start = h; and, if it runs on the device 1 s without ending, at s + 1..1.25 s: GPU_TIMED, t_start = s (device entry) | at e + 0.5..3 ms: COMPLETED+GPU_TIMED, t_start = s, t_end = e |
 | ``enqueue`` | at h: ENQUEUED, t_start = h | at the watchdog's next poll p >= e: COMPLETED+ENQUEUED, t_start = h, t_end = p |
 | ``blocking`` | at h (= s: the host waited for its GPU): no flag, t_start = h | at e: COMPLETED, t_start = h, t_end = e |
 | ``heartbeats_only`` | as ``enqueue``, kept inside the process: only heartbeats leave it | |
@@ -31,6 +31,8 @@ from commwatch.producers.jobmodel.program import COLL, P2P, ROLE_GROUP, SEND
 
 MODES = ("gpu", "enqueue", "blocking", "heartbeats_only")
 GPU_WRITE_S = (0.5e-3, 3e-3)  # the plugin's completion reaches the ring this long after the GPU ends
+DEVICE_ENTRY_S = 1.0  # the plugin's and the hook's default: a call on the device this long gets a device entry
+SCAN_S = 0.25  # ... written at the probe's next scan
 
 
 @dataclass
@@ -160,6 +162,13 @@ def write_ring(calls: Calls, rank: int, mode: str, clock: NodeClock, rng: np.ran
     completed = _records(calls, rank, clock, done_flags, done_start, done_end, with_aux)[done]
     written = np.concatenate([calls.h, done_written[done]])
     recs = np.concatenate([entry, completed])
+    if mode == "gpu":  # calls that wait on the device: written again as entered there
+        scan = (calls.seq * 0.6180339887 + calls.comm.astype(np.float64) * 0.1) % 1.0 * SCAN_S  # the scan's phase
+        dev_written = calls.s + DEVICE_ENTRY_S + scan
+        dev = np.isfinite(calls.s) & ~(calls.e <= dev_written) & (dev_written < completion_stops)
+        if dev.any():
+            recs = np.concatenate([recs, _records(calls, rank, clock, wire.FLAG_GPU_TIMED, calls.s, None, with_aux)[dev]])
+            written = np.concatenate([written, dev_written[dev]])
     order = np.argsort(written, kind="stable")
     recs, written = recs[order], written[order]
     alive = written < dies

@@ -12,6 +12,14 @@ taken as written when its latest time passed (an entry at its enqueue, a complet
 end), and the node agent model of `agent.py` turns the rings into call batches, heartbeats,
 topology and step messages, one node per rank (the two ranks of a recorded job ran as two
 NCCL hosts).
+
+Device entries are newer than the recordings: today both probes write a call once more as
+entered on the device (GPU_TIMED, not COMPLETED, the device's start) when it has run there
+1 s without finishing. The model adds that record to the recorded rings from the call's own
+GPU-timed completion (same start; written 1 s after it, plus the scan's phase, and only if
+the completion came later). Derived, not recorded: `make -C nccl-patch test` replays the
+NCCL traces through the current plugin and checks that it writes such entries for the same
+calls (rank 0 of `hang` and `gpuhang`, which waits) and for no other run.
 """
 
 from __future__ import annotations
@@ -27,10 +35,11 @@ from commwatch.capture import Message
 from commwatch.producers.jobmodel.agent import NodeFeed, node_messages
 from commwatch.producers.jobmodel.clock import NodeClock
 from commwatch.producers.jobmodel.layout import Layout
-from commwatch.producers.jobmodel.probe import Ring
+from commwatch.producers.jobmodel.probe import DEVICE_ENTRY_S, SCAN_S, Ring
 from commwatch.ring import STEP_DTYPE
 
 S = 1_000_000_000
+GPU_DONE = wire.FLAG_COMPLETED | wire.FLAG_GPU_TIMED
 PHASES = ("forward_ms", "backward_ms", "optimizer_ms")
 
 
@@ -78,8 +87,25 @@ def load(directory: str | Path, name: str) -> Recording:
     return Recording(name, calls, steps, logs)
 
 
+def device_entries(recs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The device entries today's probes write for these recorded calls (module docstring),
+    each with the time it is written in `t_end_ns`'s place: (records, written_ns)."""
+    f = recs["flags"].astype(np.int64)
+    timed = (recs["kind"] == wire.KIND_CALL) & ((f & GPU_DONE) == GPU_DONE) & ((f & wire.FLAG_COMPLETION_LOST) == 0)
+    c = recs[timed]
+    scan = (c["seq"].astype(np.float64) * 0.6180339887) % 1.0 * SCAN_S
+    written = c["t_start_ns"] + ((DEVICE_ENTRY_S + scan) * S).astype(np.int64)
+    late = written < c["t_end_ns"]
+    out = c[late].copy()
+    out["flags"] = wire.FLAG_GPU_TIMED | (out["flags"] & wire.FLAG_GRAPH_CAPTURED)
+    out["t_end_ns"] = 0
+    return out, written[late]
+
+
 def _ring(recs: np.ndarray, start_ns: int) -> Ring:
-    written_ns = np.maximum(recs["t_start_ns"], recs["t_end_ns"])
+    dev, dev_written = device_entries(recs)
+    written_ns = np.concatenate([np.maximum(recs["t_start_ns"], recs["t_end_ns"]), dev_written])
+    recs = np.concatenate([recs, dev])
     order = np.argsort(written_ns, kind="stable")
     return Ring(recs[order], (written_ns[order] - start_ns) / S)
 

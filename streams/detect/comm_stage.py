@@ -6,7 +6,9 @@ Reports (JSON-able dicts, each with "type", "job", "ts_ns" = the job's event tim
 - `wait`: the comm's blocked instances, repeated at every tick while they last (from
   `WAIT_REPORT_S` of waiting on): `instances` = [{`seq`, `op`, `p2p`, `since_ns`, `entered`
   (ranks inside it), `missing` (members that never entered it), `t_in` (when each entered
-  it, on its own clock, 0 unknown)}]. A collective comm has at
+  it, on its own clock, 0 unknown), `queued` (entered members known only to have enqueued
+  it while another member is known inside it on its device: their devices have not reached
+  it)}]. A collective comm has at
   most one blocked instance: the first that no member completed (`d + 1`); the calls a
   rank queued behind it are not listed (they are symptoms). A P2P channel is blocked when
   a posted send or recv does not complete; its instance has the two ranks as members.
@@ -277,9 +279,10 @@ class CommStage:
             since = max(st.d_adv_ns, st.open_since)
             if now_ns - since >= WAIT_REPORT_NS:
                 entered = st.started >= k
+                inside = np.flatnonzero(entered)
                 instances.append({"seq": int(k), "op": st.op_of(k), "p2p": False, "since_ns": int(since),
                                   "entered": ranks[entered].tolist(), "missing": ranks[~entered].tolist(),
-                                  "t_in": st.entered_at(k, np.flatnonzero(entered))})
+                                  "t_in": st.entered_at(k, inside), "queued": ranks[st.queued_in(k, inside)].tolist()})
         seen: set[tuple[int, int, int]] = set()
         for (a, b, is_recv), (s, d, since, t_in) in st.p2p.items():
             if s <= d or since <= 0 or now_ns - since < WAIT_REPORT_NS or (a, b, d + 1) in seen:
@@ -291,10 +294,15 @@ class CommStage:
                 seen.add((b, a, k))
             # the op the waited-for side never entered (or, both posted, this side's)
             op = ("Recv" if is_recv else "Send") if posted else ("Send" if is_recv else "Recv")
+            queued = []
+            if posted:  # one side inside on its device, the other only queued its call
+                ra = st.p2p_real.get((a, b, is_recv), -1) >= k
+                rb = st.p2p_real.get((b, a, 1 - is_recv), -1) >= k
+                queued = [int(ranks[b])] if ra and not rb else [int(ranks[a])] if rb and not ra else []
             instances.append({"seq": int(k), "op": op, "p2p": True,
                               "since_ns": int(since), "entered": [int(ranks[a])] + ([int(ranks[b])] if posted else []),
                               "missing": [] if posted or (other is not None and other[1] >= k) else [int(ranks[b])],
-                              "t_in": [int(t_in)] + ([int(other[3])] if posted else [])})
+                              "t_in": [int(t_in)] + ([int(other[3])] if posted else []), "queued": queued})
         instances = [i for i in instances if i["entered"]]
         if not instances:
             return None

@@ -44,6 +44,7 @@ MAX_SEQ = 1 << 62  # seq beyond this is not a real count: dropped
 GAP_REFRESH = 64
 WINDOW_MIN_NS = 1_000_000_000  # a window covers at least this much event time
 MAX_CHANNELS = 1 << 16  # P2P channels kept per comm
+P2P_AHEAD = 16  # entry times kept per channel for calls queued beyond its first open one
 MAX_P2P_INTERVALS = 1 << 18  # completed P2P calls kept for the windows not reported yet
 RECV_FWD, RECV_BWD, SEND_FWD, SEND_BWD = 0, 1, 2, 3  # P2P call kinds (from/to an earlier/later stage)
 
@@ -106,6 +107,8 @@ class CommState:
         self.p2p_only = True  # no collective seen yet
         # P2P channels: (slot, peer slot, is_recv) -> [started, completed, open_since_ns, entered_at]
         self.p2p: dict[tuple[int, int, int], list[int]] = {}
+        self.p2p_ahead: dict[tuple[int, int, int], dict[int, int]] = {}  # channel -> {seq: host entry} beyond the first open
+        self.p2p_real: dict[tuple[int, int, int], int] = {}  # channel -> highest seq its rank is known inside
         # completed timed P2P calls, kept until the window they fall in is reported
         self.p2p_iv: list[tuple[np.ndarray, ...]] = []  # (slot, start, end, kind: RECV_FWD ... SEND_BWD)
         self.p2p_iv_n = 0
@@ -120,6 +123,7 @@ class CommState:
         self.etag = np.full(self.rows, -1, np.int64)  # recently entered instances (for waits): ...
         self.eop = np.zeros(self.rows, np.uint8)  # ... their op ...
         self.et = np.zeros((self.rows, 0), np.int64)  # ... and when each member entered them (its clock)
+        self.ereal = np.zeros((self.rows, 0), bool)  # ... and whether it is known inside it (not only queued)
         self.st = np.zeros((self.rows, 0), np.int64)
         self.en = np.zeros((self.rows, 0), np.int64)
         self.ok = np.zeros((self.rows, 0), bool)  # timing valid
@@ -154,6 +158,7 @@ class CommState:
         self.en = np.concatenate([self.en, np.zeros((self.rows, add), np.int64)], axis=1)
         self.ok = np.concatenate([self.ok, np.zeros((self.rows, add), bool)], axis=1)
         self.et = np.concatenate([self.et, np.zeros((self.rows, add), np.int64)], axis=1)
+        self.ereal = np.concatenate([self.ereal, np.zeros((self.rows, add), bool)], axis=1)
         self.n += add
 
     def slots_of(self, ranks: np.ndarray, now_ns: int) -> np.ndarray:
@@ -194,6 +199,7 @@ class CommState:
                 self.etag = np.full(rows, -1, np.int64)
                 self.eop = np.zeros(rows, np.uint8)
                 self.et = np.zeros((rows, self.n), np.int64)
+                self.ereal = np.zeros((rows, self.n), bool)
                 self.st = np.zeros((rows, self.n), np.int64)
                 self.en = np.zeros((rows, self.n), np.int64)
                 self.ok = np.zeros((rows, self.n), bool)
@@ -321,26 +327,34 @@ class CommState:
         ops = recs["op"]
         p2p = (ops == wire.OP_SEND) | (ops == wire.OP_RECV)
         if p2p.any():
-            self._apply_p2p(recs[p2p], slot[p2p], done[p2p], timed[p2p], ts[p2p])
+            self._apply_p2p(recs[p2p], slot[p2p], done[p2p], timed[p2p], ts[p2p], flags[p2p])
         coll = ~p2p
         if not coll.any():
             return []
         self.p2p_only = False
-        return self._apply_collectives(recs[coll], slot[coll], done[coll], observed[coll], timed[coll], ts[coll])
+        # inside the call, not only queued: its device started it (GPU_TIMED: a device entry or
+        # a completion) or the host blocked in it (neither GPU_TIMED nor ENQUEUED)
+        real = ((flags & wire.FLAG_GPU_TIMED) != 0) | ((flags & wire.FLAG_ENQUEUED) == 0)
+        return self._apply_collectives(recs[coll], slot[coll], done[coll], observed[coll], timed[coll], ts[coll],
+                                       real[coll])
 
     def _apply_collectives(self, c: np.ndarray, slot: np.ndarray, done: np.ndarray, observed: np.ndarray,
-                           timed: np.ndarray, ts: np.ndarray) -> list[tuple[int, int]]:
+                           timed: np.ndarray, ts: np.ndarray, real: np.ndarray) -> list[tuple[int, int]]:
         seq = c["seq"].astype(np.int64)
         erow = seq % self.rows
         fresh = seq > self.etag[erow]
         if fresh.any():
-            self.et[np.unique(erow[fresh])] = 0
+            fr = np.unique(erow[fresh])
+            self.et[fr] = 0
+            self.ereal[fr] = False
         self.etag[erow] = np.maximum(self.etag[erow], seq)
         self.eop[erow] = c["op"]
         cur = self.etag[erow] == seq
         if cur.any():  # the first time seen of each member's entry (enqueue, or device start)
             er, es = erow[cur], slot[cur]
             self.et[er, es] = np.where(self.et[er, es] == 0, c["t_start_ns"][cur], self.et[er, es])
+            rc = real[cur]
+            self.ereal[er[rc], es[rc]] = True
         ls, lseq = _last_per_key(slot, seq)
         self.started[ls] = np.maximum(self.started[ls], lseq)
         old_d = self.d_max
@@ -387,12 +401,16 @@ class CommState:
         self.bytes[row] = c["bytes"]
         return self._advance()
 
-    def _apply_p2p(self, c: np.ndarray, slot: np.ndarray, done: np.ndarray, timed: np.ndarray, ts: np.ndarray) -> None:
+    def _apply_p2p(self, c: np.ndarray, slot: np.ndarray, done: np.ndarray, timed: np.ndarray, ts: np.ndarray,
+                   flags: np.ndarray) -> None:
+        host_t = (flags & wire.FLAG_GPU_TIMED) == 0  # t_start is the host's entry
+        real = ~host_t | ((flags & wire.FLAG_ENQUEUED) == 0)  # inside on the device, or a blocking host
         peer_cr = c["peer"].astype(np.int64)
         inside = (peer_cr >= 0) & (peer_cr < self.size)
         if not inside.all():
             self.dropped["p2p_peer_unknown"] += int((~inside).sum())
-            c, slot, done, timed, peer_cr, ts = c[inside], slot[inside], done[inside], timed[inside], peer_cr[inside], ts[inside]
+            c, slot, done, timed, peer_cr, ts, host_t, real = (c[inside], slot[inside], done[inside], timed[inside],
+                                                               peer_cr[inside], ts[inside], host_t[inside], real[inside])
         if not len(c):
             return
         peer = self.cr_slot[peer_cr]
@@ -400,7 +418,8 @@ class CommState:
         seen = peer >= 0
         if not seen.all():  # the peer's comm rank is not mapped to a rank yet: its counters come again
             self.dropped["p2p_peer_unseen"] += int((~seen).sum())
-            c, slot, done, timed, peer, ts = c[seen], slot[seen], done[seen], timed[seen], peer[seen], ts[seen]
+            c, slot, done, timed, peer, ts, host_t, real = (c[seen], slot[seen], done[seen], timed[seen], peer[seen],
+                                                            ts[seen], host_t[seen], real[seen])
             peer_cr_all = peer_cr[seen]
             if not len(c):
                 return
@@ -409,13 +428,26 @@ class CommState:
         key = (slot << 33) | ((peer & 0xFFFFFFFF) << 1) | is_recv
         ks, ss = _last_per_key(key, seq)
         _, kts = _last_per_key(key, ts)
-        order = np.lexsort((seq, key))  # per channel, its records in seq order: entry times by seq
+        # per channel, its records in seq order: the first of each (channel, seq) whose start is
+        # the host's is its entry (a device start does not order it among the rank's host calls)
+        order = np.lexsort((seq, key))
+        order = order[host_t[order]]
         ok_, oq = key[order], seq[order]
-        first = np.ones(len(ok_), bool)  # the first record of each (channel, seq): its entry
+        first = np.ones(len(ok_), bool)
         first[1:] = (ok_[1:] != ok_[:-1]) | (oq[1:] != oq[:-1])
         entry = dict(zip(zip(ok_[first].tolist(), oq[first].tolist()), c["t_start_ns"][order][first].tolist()))
         dks, dss = _last_per_key(key[done], seq[done]) if done.any() else (ks[:0], ss[:0])
         comp = dict(zip(dks.tolist(), dss.tolist()))
+        if real.any():  # the highest seq each channel's rank is known inside
+            rk, rq = _last_per_key(key[real], seq[real])
+            for k, q in zip(rk.tolist(), rq.tolist()):
+                p = (k >> 1) & 0xFFFFFFFF
+                ch = (k >> 33, p - (1 << 32) if p >= 0x80000000 else p, k & 1)
+                if q > self.p2p_real.get(ch, -1) and (ch in self.p2p or len(self.p2p) < MAX_CHANNELS):
+                    self.p2p_real[ch] = q
+        by_ch: dict[int, list[tuple[int, int]]] = {}
+        for (k, q), t in entry.items():
+            by_ch.setdefault(k, []).append((q, t))
         for k, s, t in zip(ks.tolist(), ss.tolist(), kts.tolist()):
             p = (k >> 1) & 0xFFFFFFFF
             ch = (k >> 33, p - (1 << 32) if p >= 0x80000000 else p, k & 1)
@@ -432,8 +464,20 @@ class CommState:
                 st[2] = st[3] = 0
             if st[0] > st[1] and st[2] == 0:
                 st[2] = t
+            # entries of calls queued beyond the first open one: kept (a few per channel) so
+            # that its entry time is known once it is the first open one
+            ahead = self.p2p_ahead.get(ch)
+            for q, te in by_ch.get(k, ()):
+                if q > st[1] + 1:
+                    if ahead is None:
+                        ahead = self.p2p_ahead[ch] = {}
+                    if len(ahead) < P2P_AHEAD:
+                        ahead.setdefault(q, te)
+            if ahead:
+                for q in [q for q in ahead if q <= st[1]]:
+                    del ahead[q]
             if st[0] > st[1] and st[3] == 0:
-                st[3] = entry.get((k, st[1] + 1), 0)
+                st[3] = entry.get((k, st[1] + 1), 0) or (ahead.pop(st[1] + 1, 0) if ahead else 0)
         # completed timed calls for the P2P windows, by kind: recvs (time inside one is waiting
         # for data) and sends, from or to an earlier or a later stage (forward, backward)
         if timed.any() and self.p2p_iv_n < MAX_P2P_INTERVALS:
@@ -475,7 +519,7 @@ class CommState:
             if r["started"] == k and r.get("t_last_start_ns"):  # it entered the first open instance then
                 row = k % self.rows
                 if self.etag[row] < k:
-                    self.etag[row], self.et[row] = k, 0
+                    self.etag[row], self.et[row], self.ereal[row] = k, 0, False
                 if self.etag[row] == k and self.et[row, s] == 0:
                     self.et[row, s] = r["t_last_start_ns"]
             if r["completed"] > self.completed[s]:
@@ -562,6 +606,19 @@ class CommState:
         if self.etag[row] != seq:
             return [0] * len(slots)
         return self.et[row, slots].tolist()
+
+    def queued_in(self, seq: int, slots: np.ndarray) -> np.ndarray:
+        """Of `slots` (members that entered instance `seq`), those known only to have queued it
+        (a host enqueue) while another member is known inside it (its device started it, or
+        its host blocked in it): their devices have not reached it. Empty when no member is
+        known inside (a probe without device entries tells nothing of it)."""
+        row = seq % self.rows
+        if self.etag[row] != seq or not len(slots):
+            return slots[:0]
+        real = self.ereal[row, slots]
+        if not real.any():
+            return slots[:0]
+        return slots[~real]
 
     def op_of(self, seq: int) -> str:
         row = seq % self.rows

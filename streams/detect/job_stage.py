@@ -6,7 +6,8 @@ hardware). Time is the job's own event time handed in (`now_of(job)`).
 - `hang` (P0, one per job while it lasts): the wait-for graph (`waits.py`) from the ranks
   waiting in blocked instances to the root ranks. A root is hung when it made no progress
   on any of its comms for the threshold (a slow rank still progressing is not hung), or
-  exited, or its completion path is stuck. The blocked comms and waiting ranks are
+  exited, or its completion path is stuck; one that only queued the call its peers are
+  inside on their GPUs (device entries) is named as a GPU that never started it. The blocked comms and waiting ranks are
   evidence, updated in place, never new incidents.
 - `comm_hang` (P0): a blocked instance that every member entered, none of them held by
   anything older, and none completes.
@@ -328,7 +329,7 @@ class JobStage:
             elif now_ns - self.silent_since(js, r, now_ns) >= thr:
                 if any(r in js.members.get(c, ()) for c in unreported):
                     continue  # maybe blocked in a call of it, behind someone else: not known hung yet
-                reason = "silent"
+                reason = "not_started" if r in an.not_started else "silent"
             else:
                 continue  # still progressing elsewhere: slow, not hung (the slow detectors judge it)
             roots.append((r, reason, comm, seq, op, p2p))
@@ -377,6 +378,9 @@ class JobStage:
             what = (f"rank{s} {who}: completions stopped at #{first['completed']} while peers completed "
                     f"#{first['peers_completed']} (GPU or driver fault suspected); never entered {first['op']} "
                     f"#{first['seq']} on comm {first['comm'][:4]}..")
+        elif first["reason"] == "not_started":
+            what = (f"rank{s} {who}: GPU never started {first['op']} #{first['seq']} on comm {first['comm'][:4]}.. "
+                    f"(enqueued by the host; peers wait in it on their GPUs: a kernel before it holds the GPU)")
         else:
             what = f"rank{s} {who} never entered {first['op']} #{first['seq']} on comm {first['comm'][:4]}.."
         blocked = sorted({x.comm for x in an.blocked})

@@ -4,7 +4,9 @@ Nodes are ranks and blocked instances (a comm's first instance that no member co
 or a blocked send/recv channel; `comm_stage.py`'s `wait` reports). Edges:
 
 - rank -> instance: the rank entered the instance and waits in it;
-- instance -> rank, *hard*: the rank is a member that never entered it;
+- instance -> rank, *hard*: the rank is a member that never entered it, or that only queued
+  it (a host enqueue) while another member is known inside it on its device, and that waits
+  in nothing older: its device never reached the call (a kernel before it holds the GPU);
 - instance -> rank, *soft*: every member entered it, but this member also waits in another
   blocked instance, which may hold its device: calls queued behind a blocked call on the same
   stream are symptoms, not faults.
@@ -45,6 +47,7 @@ class Instance:
     p2p: bool = False
     unknown: int = 0
     t_in: dict[int, int] = field(default_factory=dict)  # rank -> when it entered (its clock; absent: unknown)
+    queued: list[int] = field(default_factory=list)  # entered on the host only, while a peer is inside on its device
 
 
 @dataclass
@@ -57,6 +60,7 @@ class Analysis:
     edges: list[list] = field(default_factory=list)  # [waiter, waited for, comm] along hard edges
     oldest_since_ns: int = 0
     waiters_of: dict[int, int] = field(default_factory=dict)  # root rank -> ranks waiting on it directly
+    not_started: set[int] = field(default_factory=set)  # roots that queued the call their peers wait in
 
 
 def instances_of(waits: dict[str, dict]) -> list[Instance]:
@@ -66,7 +70,7 @@ def instances_of(waits: dict[str, dict]) -> list[Instance]:
         for i in w["instances"]:
             t_in = {r: t for r, t in zip(i["entered"], i.get("t_in") or ()) if t}
             out.append(Instance(comm, i["seq"], i["op"], i["since_ns"], list(i["entered"]), list(i["missing"]),
-                                bool(i.get("p2p")), int(w.get("unknown", 0)), t_in))
+                                bool(i.get("p2p")), int(w.get("unknown", 0)), t_in, list(i.get("queued") or ())))
     return out
 
 
@@ -95,14 +99,40 @@ def analyse(waits: dict[str, dict], now_ns: int, threshold_ns: float, terminal: 
         # instances together form a transport hang
         return any(j != i and earlier(m, j, i) for j in waits_in.get(m, ()))
 
+    # members that only queued an instance their peers are inside on the device, and wait in
+    # nothing older: not in it, but holding it (only where every member entered on the host)
+    absent: dict[int, list[int]] = {}
+    for i, x in enumerate(insts):
+        if x.queued and not x.missing and not any(m in terminal for m in x.entered):
+            idle = [m for m in x.queued if not held_elsewhere(m, i)]
+            if idle:
+                absent[i] = idle
+    # a rank waits in its oldest blocked instances only: those no other it entered is known
+    # (both entry times reported) to precede; calls it queued behind them are symptoms, and
+    # an instance it only queued (absent) is not a wait of it
+    def behind(m: int, i: int) -> bool:
+        ti = insts[i].t_in.get(m)
+        return ti is not None and any(j != i and insts[j].t_in.get(m, ti) < ti for j in waits_in[m])
+
+    oldest = {m: [i for i in ins if not behind(m, i)] for m, ins in waits_in.items()}
+    for i, idle in absent.items():
+        for m in idle:
+            if i in oldest[m]:
+                oldest[m].remove(i)
+
     def out_edges(node) -> list:
         if isinstance(node, int):  # a rank
-            return [("i", j) for j in waits_in.get(node, ())]
+            return [("i", j) for j in oldest.get(node, ())]
         x = insts[node[1]]
         dead = [m for m in x.entered if m in terminal]  # in it, but will never complete it
         if x.missing or dead:
             return list(x.missing) + dead
+        if node[1] in absent:
+            return list(absent[node[1]])
         return [m for m in x.entered if held_elsewhere(m, node[1])]
+
+    def lacks(i: int, r: int) -> bool:
+        return r in insts[i].missing or r in absent.get(i, ())
 
     starts = [("i", i) for i, x in enumerate(insts) if now_ns - x.since_ns >= threshold_ns]
     if not starts:
@@ -124,8 +154,7 @@ def analyse(waits: dict[str, dict], now_ns: int, threshold_ns: float, terminal: 
                 indeg[m] = indeg.get(m, 0) + 1
     for comp in sinks:
         ranks = [n for n in comp if isinstance(n, int)]
-        hard = [r for r in ranks if r in terminal or any(not isinstance(n, int) and r in insts[n[1]].missing
-                                                         for n in comp)]
+        hard = [r for r in ranks if r in terminal or any(not isinstance(n, int) and lacks(n[1], r) for n in comp)]
         if not hard and len(ranks) < len(comp):  # instances every member entered, holding each other
             idx = [n[1] for n in comp if not isinstance(n, int)]
             # the hung one first: the instance each of its members entered before its others
@@ -141,7 +170,9 @@ def analyse(waits: dict[str, dict], now_ns: int, threshold_ns: float, terminal: 
             ranks = [r for r in hard if indeg.get(r, 0) == top]
         for r in ranks:
             where = next((insts[n[1]] for n, outs in adj.items() if not isinstance(n, int) and r in outs
-                          and (r in insts[n[1]].missing or r in terminal)), None)
+                          and (lacks(n[1], r) or r in terminal)), None)
+            if any(not isinstance(n, int) and r in outs and r in absent.get(n[1], ()) for n, outs in adj.items()):
+                res.not_started.add(r)
             if where is None:
                 where = next(insts[n[1]] for n, outs in adj.items() if not isinstance(n, int) and r in outs)
             res.roots[r] = (where.comm, where.seq, where.op, where.p2p)
@@ -153,11 +184,11 @@ def analyse(waits: dict[str, dict], now_ns: int, threshold_ns: float, terminal: 
             x = insts[node[1]]
             res.blocked.append(x)
             res.waiting.update(r for r in x.entered if r not in terminal)
-            for m in x.missing:
+            for m in list(x.missing) + absent.get(node[1], []):
                 if m in res.roots:
                     res.waiters_of[m] = res.waiters_of.get(m, 0) + len(x.entered)
                 for r in x.entered[: MAX_CHAIN_EDGES]:
-                    if len(res.edges) < MAX_CHAIN_EDGES:
+                    if len(res.edges) < MAX_CHAIN_EDGES and r != m:
                         res.edges.append([r, m, x.comm])
     res.waiting -= set(res.roots)
     res.oldest_since_ns = min(x.since_ns for x in res.blocked) if res.blocked else now_ns

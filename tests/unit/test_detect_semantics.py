@@ -151,6 +151,60 @@ def test_comm_hang_only_when_every_member_is_in_it_and_held_nowhere_else(setting
     assert [(e["kind"], e["culprit_ranks"], e["comm"]) for e in s.opened()] == [("comm_hang", [], f"{DP1:016x}")]
 
 
+GPU = wire.FLAG_GPU_TIMED  # without COMPLETED: a device entry (the call started on the GPU)
+
+
+def test_a_gpu_that_never_started_the_call_its_peers_wait_in_is_the_root(settings):
+    """Rank 1's GPU is stuck in a kernel while its host enqueues on: it entered TP #5 and, behind it,
+    DP1 #5 by enqueue only; rank 0's GPU is inside TP #5 (device entry), rank 3's inside DP1 #5.
+    One P0 hang names rank 1 (its GPU never started the call), not rank 0, and no comm_hang."""
+    s = Script(settings, LAYOUT, NODES)
+    _healthy(s, 5)
+    s.enter(TP0, 5, [0, 1])
+    s.t += 1 * MS
+    s.enter(DP1, 5, [1, 3])
+    s.enter(DP0, 5, [0, 2])  # rank 0 queued this behind TP #5; rank 2 is inside it
+    s.step(TP1, 5)
+    s.t += 1 * S
+    s.enter(TP0, 5, [0], flags=GPU)
+    s.enter(DP1, 5, [3], flags=GPU)
+    s.enter(DP0, 5, [2], flags=GPU)
+    s.wait(15)
+    assert [(e["kind"], e["severity"], e["culprit_ranks"]) for e in s.opened()] == [("hang", "P0", [1])]
+    root = s.opened("hang")[0]["evidence"]["roots"][0]
+    assert root["reason"] == "not_started" and root["comm"] == f"{TP0:016x}" and root["seq"] == 5
+
+
+def test_without_device_entries_the_same_hang_names_nobody(settings):
+    """The same calls from a probe that writes no device entry: nothing tells rank 0 from rank 1,
+    so the blocked TP #5 is a comm_hang naming no rank; never a victim."""
+    s = Script(settings, LAYOUT, NODES)
+    _healthy(s, 5)
+    s.enter(TP0, 5, [0, 1])
+    s.t += 1 * MS
+    s.enter(DP1, 5, [1, 3])
+    s.step(TP1, 5)
+    s.wait(15)
+    assert [(e["kind"], e["culprit_ranks"]) for e in s.opened()] == [("comm_hang", [])]
+
+
+def test_a_queued_rank_held_by_an_older_blocked_call_is_a_symptom(settings):
+    """Rank 1 only queued DP1 #5 (rank 3 is inside it), but rank 1 waits inside TP #5, entered
+    earlier, for rank 0, which never entered it: the root is rank 0, not rank 1."""
+    s = Script(settings, LAYOUT, NODES)
+    _healthy(s, 5)
+    s.enter(TP0, 5, [1])
+    s.t += 1 * MS
+    s.enter(DP1, 5, [1, 3])
+    s.step(TP1, 5)
+    s.t += 1 * S
+    s.enter(TP0, 5, [1], flags=GPU)
+    s.enter(DP1, 5, [3], flags=GPU)
+    s.wait(15)
+    assert [(e["kind"], e["culprit_ranks"]) for e in s.opened()] == [("hang", [0])]
+    assert s.opened("hang")[0]["evidence"]["roots"][0]["reason"] == "silent"
+
+
 def test_a_stuck_completion_path_is_the_root_once(settings):
     s = Script(settings, LAYOUT, NODES)
     _healthy(s, 3)

@@ -95,6 +95,33 @@ def run_call(src, reader, start_after_ns, end_after_ns):
     return t0, calls_until(reader, lambda g: len(g) >= 1)[0]
 
 
+def test_call_waiting_on_the_device_gets_one_device_entry_and_a_queued_one_none(device_hook):
+    """A call its device started and has not finished for `device_entry_s` is written once more
+    as entered there (GPU_TIMED, not COMPLETED, the device's start); the call queued behind it,
+    whose start event has not completed, is not."""
+    h, src, reader = device_hook
+    h.completions.device_entry_s = 0.2
+    dist.all_reduce(torch.ones(2))
+    dist.all_reduce(torch.ones(2))
+    s1, e1, s2, e2 = src.recorded[-4:]
+    entries = calls_until(reader, lambda g: len(g) >= 2)
+    t0 = int(entries[0]["t_start_ns"])
+    src.finish(s1, t0 + 3_000_000 + OFFSET_NS)  # the first reaches the device and waits there
+    got = calls_until(reader, lambda g: len(g) >= 1)
+    assert len(got) == 1
+    r = got[0]
+    assert r["flags"] == GPU and r["seq"] == entries[0]["seq"] and r["t_end_ns"] == 0
+    assert abs(int(r["t_start_ns"]) - (t0 + 3_000_000)) <= 1000
+    time.sleep(0.5)  # more passes: written once, and nothing for the queued call
+    assert calls_until(reader, lambda g: False, timeout_s=0.0) == []
+    src.finish(e1, t0 + 900_000_000 + OFFSET_NS)
+    src.finish(s2, t0 + 901_000_000 + OFFSET_NS)
+    src.finish(e2, t0 + 902_000_000 + OFFSET_NS)
+    done = calls_until(reader, lambda g: len(g) >= 2)
+    assert [int(x["flags"]) for x in done] == [DONE | GPU, DONE | GPU]
+    assert h.completions.device_entries == 1
+
+
 def test_device_times_follow_the_host_clock_through_reanchoring(device_hook):
     h, src, reader = device_hook
     h.completions.anchor_s = 0.05

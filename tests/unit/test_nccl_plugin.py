@@ -28,7 +28,7 @@ RING_HEADER = np.dtype([("magic", "S8"), ("version", "<u4"), ("record_size", "<u
                         ("commit_index", "<u8"), ("reserved1", "V120")])
 SEM_COMMS = {0xA1A1A1A1A1A1A1A1: (4, 1, 1), 0xB2B2B2B2B2B2B2B2: (8, 2, 2), 0xC3C3C3C3C3C3C3C3: (2, 0, 1)}
 SEM_ITERS = 200
-SCENARIOS = 18
+SCENARIOS = 19
 RECORDED = NCCL_PATCH / "test" / "recorded"
 # Per iteration and comm: AllReduce, AllGather (no kernel channels), Broadcast, ReduceScatter,
 # Send, Recv. Five get an entry and a completion record, the AllGather one record.
@@ -67,7 +67,7 @@ def test_make_test_passes(harness_run):
     for name in ("fewer channel events than nChannels", "zero channels", "proxy and network events",
                  "graph-captured operations", "channels that never stop", "abort at finalize",
                  "interleaved: 3 comms on 3 threads", "ring lifecycle", "fork:",
-                 "recorded: event sequences of a real NCCL replayed"):
+                 "recorded: event sequences of a real NCCL replayed", "device entry: a kernel waiting"):
         assert f"PASS {name}" in proc.stdout, name
     # every trace recorded under NCCL 2.28.9 on an H100 replays to the records the GPU run wrote
     traces = sorted(p.name[: -len(".trace")] for p in RECORDED.glob("*.trace"))
@@ -75,6 +75,10 @@ def test_make_test_passes(harness_run):
     for base in traces:
         assert f"  recorded {base}: " in proc.stdout and f"recorded {base}: 0 records" not in proc.stdout, base
     assert "DIFFERENT" not in proc.stdout
+    # device entries: only the rank that waits on its peer's hang (host or GPU) gets one
+    for base in traces:
+        want = 1 if base in ("hang-nccl.0", "gpuhang-nccl.0") else 0
+        assert f"; {want} device entries" in proc.stdout.split(f"  recorded {base}: ")[1].split("\n")[0], base
 
 
 @needs_toolchain

@@ -147,15 +147,21 @@ def test_recorded_hang_names_the_rank_that_stopped_once(name):
 
 
 @pytest.mark.parametrize("name", ["gpuhang-nccl", "gpuhang-hook"])
-def test_recorded_gpu_stuck_in_compute_is_one_p0_that_names_no_victim(name):
+def test_recorded_gpu_stuck_in_compute_names_the_rank_whose_gpu_never_started_the_call(name):
     """Rank 1's GPU spun 8 s in a kernel while its host went on enqueueing. Both hosts entered the
-    blocked all_reduce and neither completes: wire v1 records cannot say whose GPU started it. Today
-    that is one P0 comm_hang naming no rank (never the victim); naming rank 1 needs a record of the
-    device entering a call (a v2 proposal). After the fact, the GPU-timed completions show it."""
+    blocked all_reduce and neither completes; rank 0's GPU is inside it (its probe writes a device
+    entry after 1 s there), rank 1's never started it. One P0 hang names rank 1, as a GPU that never
+    started the call, and no comm_hang opens. The device entry is derived from the recorded
+    completion (`recorded.py`); the harness checks the plugin writes it from the NCCL trace."""
     rec, events = run_detector(name)
     opened = [e for e in events if e["status"] == "open"]
-    assert [(e["kind"], e["severity"], e["culprit_ranks"]) for e in opened] == [("comm_hang", "P0", [])]
-    assert opened[0]["opened_ns"] >= rec.fault()["start_ns"] + 5 * S
+    assert [(e["kind"], e["severity"], e["culprit_ranks"]) for e in opened] == [("hang", "P0", [1])]
+    assert opened[0]["evidence"]["roots"][0]["reason"] == "not_started"
+    assert "GPU never started" in opened[0]["summary"]
+    assert rec.fault()["start_ns"] + 5 * S <= opened[0]["opened_ns"] < rec.fault()["start_ns"] + 8 * S  # spun 8 s
+    assert [e["status"] for e in events if e["incident"] == opened[0]["incident"]][-1] == "resolved"
+    for rank, n in ((0, 1), (1, 0)):  # the waiter has the device entry, the stuck GPU none
+        assert len(recorded.device_entries(calls(name, rank))[0]) == n
     first = {}
     for rank in (0, 1):
         c = calls(name, rank)
@@ -166,6 +172,15 @@ def test_recorded_gpu_stuck_in_compute_is_one_p0_that_names_no_victim(name):
     c1 = calls(name, 1)
     late = c1[(c1["seq"] == seq) & ((c1["flags"] & wire.FLAG_GPU_TIMED) != 0)][0]
     assert late["t_start_ns"] - first[0]["t_start_ns"][0] > 7 * S  # rank 1's GPU reached it 8 s later
+
+
+def test_without_device_entries_a_gpu_stuck_in_compute_names_no_victim(monkeypatch):
+    """The same recording from probes that write no device entry (older ones): nothing tells the
+    waiter from the stuck GPU, so one P0 comm_hang names no rank; never rank 0."""
+    monkeypatch.setattr(recorded, "DEVICE_ENTRY_S", 1e9)
+    _, events = run_detector("gpuhang-nccl")
+    opened = [e for e in events if e["status"] == "open"]
+    assert [(e["kind"], e["severity"], e["culprit_ranks"]) for e in opened] == [("comm_hang", "P0", [])]
 
 
 @pytest.mark.parametrize("name", ["slow-nccl", "slow-hook"])
