@@ -318,8 +318,14 @@ class CommState:
             recs, slot, ts = recs[calls], slot[calls], ts[calls]
             if not len(recs):
                 return []
-        self._advanced(slot, ts)  # any call record of a member is progress
         flags = recs["flags"].astype(np.int64)
+        # any call record of a member is progress, but a device entry (a call entered before,
+        # now seen started on the GPU after waiting there) is the opposite
+        dev = (flags & (wire.FLAG_GPU_TIMED | wire.FLAG_COMPLETED | wire.FLAG_COMPLETION_LOST)) == wire.FLAG_GPU_TIMED
+        if dev.any():
+            self._advanced(slot[~dev], ts[~dev])
+        else:
+            self._advanced(slot, ts)
         done = (flags & (wire.FLAG_COMPLETED | wire.FLAG_COMPLETION_LOST)) != 0
         observed = (flags & wire.FLAG_COMPLETED) != 0
         timed = observed & ((flags & wire.FLAG_COMPLETION_LOST) == 0) & (
@@ -351,10 +357,11 @@ class CommState:
         self.eop[erow] = c["op"]
         cur = self.etag[erow] == seq
         if cur.any():  # the first time seen of each member's entry (enqueue, or device start)
-            er, es = erow[cur], slot[cur]
-            self.et[er, es] = np.where(self.et[er, es] == 0, c["t_start_ns"][cur], self.et[er, es])
-            rc = real[cur]
+            er, es, rc = erow[cur], slot[cur], real[cur]
             self.ereal[er[rc], es[rc]] = True
+            _, first = np.unique(er * max(self.n, 1) + es, return_index=True)  # a batch may hold a call twice
+            er, es, t0 = er[first], es[first], c["t_start_ns"][cur][first]
+            self.et[er, es] = np.where(self.et[er, es] == 0, t0, self.et[er, es])
         ls, lseq = _last_per_key(slot, seq)
         self.started[ls] = np.maximum(self.started[ls], lseq)
         old_d = self.d_max

@@ -160,6 +160,7 @@ def test_a_gpu_that_never_started_the_call_its_peers_wait_in_is_the_root(setting
     One P0 hang names rank 1 (its GPU never started the call), not rank 0, and no comm_hang."""
     s = Script(settings, LAYOUT, NODES)
     _healthy(s, 5)
+    t_hang = s.t
     s.enter(TP0, 5, [0, 1])
     s.t += 1 * MS
     s.enter(DP1, 5, [1, 3])
@@ -173,6 +174,9 @@ def test_a_gpu_that_never_started_the_call_its_peers_wait_in_is_the_root(setting
     assert [(e["kind"], e["severity"], e["culprit_ranks"]) for e in s.opened()] == [("hang", "P0", [1])]
     root = s.opened("hang")[0]["evidence"]["roots"][0]
     assert root["reason"] == "not_started" and root["comm"] == f"{TP0:016x}" and root["seq"] == 5
+    # a device entry is not progress: the waiters' silence runs from their last real progress
+    inc = s.opened("hang")[0]
+    assert (inc["ts_ns"] - t_hang) / S <= inc["evidence"]["threshold_s"] + 1.0
 
 
 def test_without_device_entries_the_same_hang_names_nobody(settings):
@@ -203,6 +207,26 @@ def test_a_queued_rank_held_by_an_older_blocked_call_is_a_symptom(settings):
     s.wait(15)
     assert [(e["kind"], e["culprit_ranks"]) for e in s.opened()] == [("hang", [0])]
     assert s.opened("hang")[0]["evidence"]["roots"][0]["reason"] == "silent"
+
+
+def test_device_entries_are_not_progress(settings):
+    """A transport hang seen by a probe with device entries: both members are inside DP1 #5 and
+    write device entries 1 s later. Those are no progress: the comm_hang opens as soon as
+    without them (a member's silence runs from its last call entered or completed)."""
+    opened = []
+    for device_entries in (False, True):
+        s = Script(settings, LAYOUT, NODES)
+        _healthy(s, 5)
+        t_hang = s.t
+        s.enter(DP1, 5, [1, 3])
+        if device_entries:
+            s.t += 1 * S
+            s.enter(DP1, 5, [1, 3], flags=GPU)
+        s.wait(14 if device_entries else 15)
+        [inc] = s.opened()
+        assert (inc["kind"], inc["culprit_ranks"]) == ("comm_hang", [])
+        opened.append((inc["ts_ns"] - t_hang) / S)
+    assert abs(opened[1] - opened[0]) < 0.5, opened
 
 
 def test_a_stuck_completion_path_is_the_root_once(settings):
