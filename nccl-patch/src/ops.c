@@ -29,22 +29,27 @@ void cw_gpu_clock_sample(struct cw_ctx* ctx, uint64_t gpu_ns, int64_t now) {
   }
 }
 
+/* The fields every record of an operation repeats from its entry. */
+static void op_record(const struct cw_op* o, const struct cw_ctx* ctx, struct cw_record* r) {
+  r->kind = CW_KIND_CALL;
+  r->op = o->op;
+  r->flags = o->flags;
+  r->rank = cw.set.rank;
+  r->comm = ctx->comm;
+  r->seq = o->seq;
+  r->t_start_ns = o->t_start;
+  r->t_end_ns = 0;
+  r->bytes = o->bytes;
+  r->comm_rank = ctx->comm_rank;
+  r->peer = o->peer;
+  r->nranks = ctx->nranks;
+  r->aux = o->aux;
+}
+
 void cw_op_finish(struct cw_op* o, uint64_t ctl, int how, int64_t now) {
   struct cw_ctx* ctx = o->ctx;
   struct cw_record r;
-  r.kind = CW_KIND_CALL;
-  r.op = o->op;
-  r.flags = o->flags;
-  r.rank = cw.set.rank;
-  r.comm = ctx->comm;
-  r.seq = o->seq;
-  r.t_start_ns = o->t_start;
-  r.t_end_ns = 0;
-  r.bytes = o->bytes;
-  r.comm_rank = ctx->comm_rank;
-  r.peer = o->peer;
-  r.nranks = ctx->nranks;
-  r.aux = o->aux;
+  op_record(o, ctx, &r);
   if (how == CW_FINISH_OBSERVED) {
     uint64_t g0 = __atomic_load_n(&o->gpu_start, __ATOMIC_RELAXED);
     uint64_t g1 = __atomic_load_n(&o->gpu_stop, __ATOMIC_RELAXED);
@@ -137,19 +142,9 @@ static void device_entry(struct cw_op* o, uint64_t v, int64_t now) {
   if (g0 == 0 || g0 == UINT64_MAX || off == INT64_MAX ||
       now - __atomic_load_n(&o->t_last_ch, __ATOMIC_RELAXED) < cw.device_entry_ns)
     return;
-  r.kind = CW_KIND_CALL;
-  r.op = o->op;
+  op_record(o, ctx, &r);
   r.flags = (uint16_t)(o->flags | CW_FLAG_GPU_TIMED);
-  r.rank = cw.set.rank;
-  r.comm = ctx->comm;
-  r.seq = o->seq;
   r.t_start_ns = (int64_t)g0 + off;
-  r.t_end_ns = 0;
-  r.bytes = o->bytes;
-  r.comm_rank = ctx->comm_rank;
-  r.peer = o->peer;
-  r.nranks = ctx->nranks;
-  r.aux = o->aux;
   v2 = __atomic_load_n(&o->ctl, __ATOMIC_ACQUIRE);
   if (CW_CTL_GEN(v2) != CW_CTL_GEN(v) || (v2 & CW_CTL_DONE)) return; /* completed or reused meanwhile */
   o->dev_entry_tag = tag;
