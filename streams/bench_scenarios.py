@@ -145,8 +145,13 @@ def build_sim(layout: tuple[int, int, int], kind: str, seed: int, step_s: float,
         faults.append(f"slow:rank={rank},factor=1.6,at={at}s")
     elif kind == "downclock":
         faults.append(f"downclock:rank={rank},at={at}s,mhz=1300")
-    elif kind == "slow_link":
+    elif kind == "slow_link":  # a link between neighbouring nodes that some traffic crosses
+        from commwatch.producers.simulate.layout import Layout
+        from commwatch.producers.simulate.truth import carried
+
+        lay = Layout(spec.job, tp, pp, dp, gpus_per_node=spec.gpus_per_node)
         a = int(rng.integers(0, nodes - 1))
+        a = next((x % (nodes - 1) for x in range(a, a + nodes) if carried(lay, x % (nodes - 1), x % (nodes - 1) + 1)), a)
         faults.append(f"slow_link:nodes=node-{a:02d}+node-{a + 1:02d},factor=3,at={at}s")
     elif kind == "node_lost":
         faults.append(f"node_lost:node=node-{int(rng.integers(0, nodes)):02d},at={at}s")
@@ -283,6 +288,11 @@ def jobmodel_cases() -> list[Case]:
     for lay in (L16, L8, L8P, L64):
         add("gpu-stuck", lay, quick=lay == L16, probe="gpu", duration_s=45.0,
             faults=lambda w, s: (jm.GpuStuck(rank=pick(w, s), at_s=18.0),))
+    # a slow link crossed only by the sends between two pipeline stages (a stage per node),
+    # GPU-timed: the channel names its pair; no collective spans both nodes
+    for lay, gpn in ((L32, 4), (L16, 2)):
+        add("slow-link-p2p", lay, quick=lay == L16, probe="gpu", duration_s=40.0, gpus_per_node=gpn,
+            faults=lambda w, s: (jm.SlowLink(2, 3, 3.0, at_s=15.0),))
     return out
 
 

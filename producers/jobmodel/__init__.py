@@ -12,10 +12,10 @@ the detectors, to judge them: see README.md.
 """
 
 from commwatch.producers.jobmodel.faults import (AgentSilent, CommHang, Crash, GpuStuck, HostHang, HostPause,
-                                                  JobExit, SlowGpu, StuckCompletion)
+                                                  JobExit, SlowGpu, SlowLink, StuckCompletion)
 from commwatch.producers.jobmodel.layout import Layout
 from commwatch.producers.jobmodel.model import JobConfig, JobRun, merge, merge_received, records_of, run_job, write_capture
 from commwatch.producers.jobmodel.program import Workload
 
 __all__ = ["AgentSilent", "CommHang", "Crash", "GpuStuck", "HostHang", "HostPause", "JobConfig", "JobExit", "JobRun", "Layout",
-           "SlowGpu", "StuckCompletion", "Workload", "merge", "merge_received", "records_of", "run_job", "write_capture"]
+           "SlowGpu", "SlowLink", "StuckCompletion", "Workload", "merge", "merge_received", "records_of", "run_job", "write_capture"]

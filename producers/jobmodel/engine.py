@@ -16,8 +16,9 @@ Faults act here through a rank's `host_stop` (the host enqueues nothing at or af
 a hang, a crash, the end of the run), `gpu_stop` (the process is gone: nothing runs or
 completes on its GPU after it), `gpu_hang` (the first compute kernel started from then
 never ends; its host enqueues on until it waits for the GPU), `finish_after` (the loop ends at the next iteration
-boundary), slowness factors from a time on, host pauses, and
-communicators whose instances never complete from a time on (a transport hang).
+boundary), slowness factors from a time on, host pauses,
+communicators whose instances never complete from a time on (a transport hang), and slow
+links (transfers between two nodes take longer from a time on: `links`, counted in `slowed`).
 """
 
 from __future__ import annotations
@@ -103,11 +104,14 @@ class Engine:
     """Runs every rank's program until each host stops and each GPU drains or blocks."""
 
     def __init__(self, layout: Layout, plans: list[RankPlan], *, microbatches: int, seed: int, jitter: float,
-                 queue_depth: int = 64, comm_hangs: dict[int, float] | None = None):
+                 queue_depth: int = 64, comm_hangs: dict[int, float] | None = None,
+                 links: tuple[tuple[int, int, float, float], ...] = ()):
         self.layout = layout
         self.M = microbatches
         self.Q = queue_depth
         self.comm_hangs = comm_hangs or {}  # group id -> from time: instances complete on no member
+        self.links = links  # slow links: (node a, node b, factor, from time)
+        self.slowed = 0  # transfers a slow link lengthened
         self.ranks = [Rank(r, p, np.random.default_rng([seed, r]), jitter) for r, p in enumerate(plans)]
         # per rank and op of the iteration: (group, its instances per iteration, ordinal) of a COLL;
         # instance number = iteration x per-iteration count + ordinal, the same on every member
@@ -236,7 +240,7 @@ class Engine:
             return
         del self.instances[key]
         hang_from = self.comm_hangs.get(g.id)
-        base = rv.last + self._xfer_s(g, rk.prog[j].nbytes)
+        base = rv.last + self._xfer_s(g, rk.prog[j].nbytes) * self._link(self.layout.nodes_of(g), rv.last)
         gone = min(self.ranks[r].plan.gpu_stop for r in g.members)
         if (hang_from is not None and rv.last >= hang_from) or base > gone:
             self.hung.append((g.id, key[1], rv))
@@ -259,7 +263,9 @@ class Engine:
                 self.p2p[key] = (s, rk.rank, i, n)
                 continue
             t_other, r_other, i_other, n_other = other
-            e = max(s, t_other) + part.nbytes / NETWORK_BPS + COLL_LATENCY_S
+            both = max(s, t_other)
+            nodes = {self.layout.node_of(rk.rank), self.layout.node_of(r_other)}
+            e = both + (part.nbytes / NETWORK_BPS + COLL_LATENCY_S) * self._link(nodes, both)
             if e > min(rk.plan.gpu_stop, self.ranks[r_other].plan.gpu_stop):
                 continue  # one side is gone: the pair never completes
             self._part_done(rk.rank, i, n, e)
@@ -275,6 +281,15 @@ class Engine:
             rk.end[i] = cell[1] + rk.ejit[i]
             del self.pending[(r, i)]
             self.wake(r)
+
+    def _link(self, nodes, t: float) -> float:
+        """How much longer a transfer among `nodes` starting at `t` takes: slow links it crosses."""
+        f = 1.0
+        for a, b, factor, at in self.links:
+            if t >= at and a in nodes and b in nodes:
+                f *= factor
+                self.slowed += 1
+        return f
 
     # --- what the run left ----------------------------------------------------------------
     def _xfer_s(self, g: Group, nbytes: int) -> float:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 SLOW_MIN_FACTOR = 1.2  # below this a slowdown is noise, not a slow rank
 SLOW_MIN_S = 10.0  # a slowdown must last this long to be expected
+SLOW_LINK_MIN_FACTOR = 2.0  # a link this much slower is expected to be found
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,18 @@ class SlowGpu:
     """The rank's compute runs `factor` times slower from `at_s` (downclock, thermal throttling)."""
 
     rank: int
+    factor: float
+    at_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class SlowLink:
+    """Transfers between nodes `a` and `b` (indices in the job) take `factor` times longer from
+    `at_s` (a degraded NIC, cable or switch port): every collective with members on both and
+    every send between them. Expected as an incident only if some transfer crossed it."""
+
+    a: int
+    b: int
     factor: float
     at_s: float = 0.0
 

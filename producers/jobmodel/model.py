@@ -100,8 +100,9 @@ def run_job(cfg: JobConfig) -> JobRun:
         _check_fault(f, layout)
     plans = _plans(cfg, layout, rng)
     comm_hangs = {layout.by_name[f.group].id: f.at_s for f in cfg.faults if isinstance(f, F.CommHang)}
+    links = tuple((f.a, f.b, f.factor, f.at_s) for f in cfg.faults if isinstance(f, F.SlowLink))
     engine = Engine(layout, plans, microbatches=cfg.work.microbatches, seed=cfg.seed, jitter=cfg.jitter,
-                    queue_depth=cfg.queue_depth, comm_hangs=comm_hangs).run()
+                    queue_depth=cfg.queue_depth, comm_hangs=comm_hangs, links=links).run()
     clocks = node_clocks(layout.n_nodes, cfg.start_ns, rng, cfg.clock_offset_ms, cfg.clock_drift_ppm,
                          cfg.job_clock_offset_s)
     exits = _exits(cfg, layout, engine)
@@ -144,6 +145,9 @@ def _check_fault(f, layout: Layout) -> None:
         raise ValueError(f"{f}: no group {f.group!r} (groups: {', '.join(g.name for g in layout.groups[:6])}, ...)")
     if isinstance(f, F.AgentSilent) and not 0 <= f.node < layout.n_nodes:
         raise ValueError(f"{f}: node outside 0..{layout.n_nodes - 1}")
+    if isinstance(f, F.SlowLink) and not (0 <= f.a < layout.n_nodes and 0 <= f.b < layout.n_nodes and f.a != f.b
+                                          and f.factor > 0):
+        raise ValueError(f"{f}: needs two different nodes in 0..{layout.n_nodes - 1} and a factor > 0")
 
 
 def _plans(cfg: JobConfig, layout: Layout, rng: np.random.Generator) -> list[RankPlan]:
@@ -292,6 +296,10 @@ def truth(run: JobRun) -> list[dict]:
         elif isinstance(f, F.SlowGpu):
             expect = f.factor >= F.SLOW_MIN_FACTOR and f.at_s + F.SLOW_MIN_S <= end
             out.append(entry("slow_rank", name, f.at_s, f.at_s, [f.rank], expect=expect, factor=f.factor))
+        elif isinstance(f, F.SlowLink):  # expected only if some transfer crossed it
+            expect = f.factor >= F.SLOW_LINK_MIN_FACTOR and f.at_s + F.SLOW_MIN_S <= end and engine.slowed > 0
+            out.append(entry("slow_link", name, f.at_s, f.at_s, nodes=sorted(layout.node_names[n] for n in (f.a, f.b)),
+                             expect=expect, factor=f.factor, carried=engine.slowed > 0))
         elif isinstance(f, F.HostPause):
             out.append(entry("pause", name, f.at_s, f.at_s, [f.rank], expect=False, seconds=f.dur_s))
         elif isinstance(f, F.AgentSilent):

@@ -7,7 +7,7 @@ communicator's members and nodes; a slow link its two nodes and no ranks), ``com
 for a comm hang, else null), ``at_ns``/``until_ns`` in true time (null: until the end),
 ``factor``, and ``expect_incident``: whether a detector should open an incident. Transient
 blips never should; slow ranks when compute is >= 1.2x slower for >= 10 s; slow links at
->= 2x; nothing that starts after the run ends.
+>= 2x that some traffic crosses (``carried``); nothing that starts after the run ends.
 """
 
 from __future__ import annotations
@@ -50,7 +50,9 @@ def fault_truth(f: Fault, spec: JobSpec, layout: Layout) -> dict:
     elif f.kind == "slow_link":
         out["nodes"] = list(f.nodes)
         long_enough = f.for_s is None or f.for_s >= SLOW_MIN_S
-        out["expect_incident"] = starts_in_run and f.factor >= SLOW_LINK_MIN_FACTOR and long_enough
+        out["carried"] = carried(layout, *(layout.node_index(n) for n in f.nodes))
+        out["expect_incident"] = (starts_in_run and f.factor >= SLOW_LINK_MIN_FACTOR and long_enough
+                                  and out["carried"])
     elif f.kind == "node_lost":
         node = layout.node_index(f.nodes[0])
         out["nodes"] = [f.nodes[0]]
@@ -59,3 +61,19 @@ def fault_truth(f: Fault, spec: JobSpec, layout: Layout) -> dict:
         out["until_ns"] = ns(f.at_s + f.ms / 1e3)
         out["expect_incident"] = False
     return out
+
+
+def carried(layout: Layout, a: int, b: int) -> bool:
+    """Whether any of the job's traffic crosses the link between nodes `a` and `b`: a collective
+    with members on both, or a send between neighbouring pipeline stages on them. A link
+    nothing crosses can be as slow as it likes: no probe can see it, and no incident is due."""
+    nodes = layout.node_of_rank
+    for kind in layout.kinds:
+        g = nodes[layout.groups(kind)]
+        if kind == "pp":
+            hit = ((g[:, :-1] == a) & (g[:, 1:] == b)) | ((g[:, :-1] == b) & (g[:, 1:] == a))
+        else:
+            hit = (g == a).any(axis=1) & (g == b).any(axis=1)
+        if hit.any():
+            return True
+    return False

@@ -110,7 +110,7 @@ class CommState:
         self.p2p_ahead: dict[tuple[int, int, int], dict[int, int]] = {}  # channel -> {seq: host entry} beyond the first open
         self.p2p_real: dict[tuple[int, int, int], int] = {}  # channel -> highest seq its rank is known inside
         # completed timed P2P calls, kept until the window they fall in is reported
-        self.p2p_iv: list[tuple[np.ndarray, ...]] = []  # (slot, start, end, kind: RECV_FWD ... SEND_BWD)
+        self.p2p_iv: list[tuple[np.ndarray, ...]] = []  # (slot, start, end, kind: RECV_FWD ... SEND_BWD, peer slot, seq)
         self.p2p_iv_n = 0
         self.p2p_untimed = 0
         self.p2p_win_start = 0  # start of the next P2P window to report (0: none yet)
@@ -493,7 +493,7 @@ class CommState:
             own = self.crank[slot[timed]]
             later = peer_cr_all[timed] > own  # the peer is a later stage
             kind = np.where(is_recv[timed] == 1, np.where(later, RECV_BWD, RECV_FWD), np.where(later, SEND_FWD, SEND_BWD))
-            self.p2p_iv.append((slot[timed], t0, t1, kind))
+            self.p2p_iv.append((slot[timed], t0, t1, kind, peer[timed], seq[timed]))
             self.p2p_iv_n += int(timed.sum())
         elif timed.any():
             self.dropped["p2p_intervals_full"] += int(timed.sum())

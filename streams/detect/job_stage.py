@@ -478,7 +478,7 @@ class JobStage:
                 evidence={"job_slowdown": loss, "median_step_s": round(js.steps.median_step_s(), 3),
                           "baseline_step_s": round(js.steps.base_s, 3)},
                 id_hint=f"{now_ns}"))
-        links, nodes = js.slow.slow_links(now_ns, set(found))
+        links, nodes = js.slow.slow_links(now_ns, set(found), js.node_of)
         if links:
             out.extend(js.book.assert_(
                 ("slow_link", tuple(nodes)), now_ns, kind="slow_link", severity="P2", culprit_ranks=[],

@@ -54,6 +54,8 @@ ECHO_SHARE = 1 / 3  # a slowdown under this share of the largest one in the job 
 LINK_FACTOR = 1.5
 LINK_MIN_MS = 1.0
 LINK_GRACE = 3
+P2P_LINK_MIN_MS = 0.2  # a P2P transfer (one message, both ends' own clocks) is a cleaner figure than a collective's
+MAX_LINK_CHANNELS = 4096  # P2P channels whose transfers are followed, per comm
 LEARN = 0.1
 
 
@@ -75,6 +77,7 @@ class CommTiming:
     xfer_ms: float = 0.0
     base_xfer: float = -1.0
     link_streak: int = 0
+    channels: dict = field(default_factory=dict)  # P2P: (receiver, sender) -> [normal ms, ms now, streak, windows]
     memo: dict = field(default_factory=dict)  # what is derived from `busy` and `classes`, till they change
 
     def changed(self) -> None:
@@ -231,6 +234,18 @@ class SlowTracker:
             return  # an idle pipeline comm: its last figures stand
         self._take(ct, rep)
         ct.crank = rep.get("crank")
+        for r, p, ms in rep.get("links", ()):
+            ch = ct.channels.get((r, p))
+            if ch is None:
+                if len(ct.channels) >= MAX_LINK_CHANNELS:
+                    continue
+                ch = ct.channels[(r, p)] = [ms, ms, 0, 0]
+            ch[1], ch[3] = ms, ch[3] + 1
+            if ms >= LINK_FACTOR * ch[0] + P2P_LINK_MIN_MS and ch[3] > LINK_GRACE:
+                ch[2] += 1
+            else:
+                ch[2] = 0
+                ch[0] += LEARN * (ms - ch[0])
 
     def forget_comm(self, comm: str) -> None:
         self.comms.pop(comm, None)
@@ -412,14 +427,22 @@ class SlowTracker:
                 out.append({"stage": s, "ranks": sorted(stages[s]), "ratio": round(ratio, 3)})
         return out
 
-    def slow_links(self, now_ns: int, slow_ranks: set[int]) -> tuple[list[dict], list[str]]:
+    def slow_links(self, now_ns: int, slow_ranks: set[int], node_of: dict[int, str] | None = None
+                   ) -> tuple[list[dict], list[str]]:
         """Cross-node comms whose transfers stay slow while no member rank is slow, and the nodes
         to blame: the ends of the node pairs every slow comm spans and no comm with normal
         transfers spans (a pair both ends of which also meet in a healthy comm is a healthy link);
-        without such a pair, the nodes the most slow comms share."""
+        without such a pair, the nodes the most slow comms share. P2P channels between two
+        nodes (`node_of`) name their pair directly: a slow one is a candidate, a normal one
+        clears its pair."""
         hot, cool = [], []
+        hot_pairs: set[tuple[str, str]] = set()
         for comm, ct in self.comms.items():
-            if ct.p2p or not self._fresh(ct, now_ns) or len(ct.nodes) < 2:
+            if ct.p2p:
+                if node_of and self._fresh(ct, now_ns):
+                    self._channel_links(comm, ct, node_of, slow_ranks, hot, cool, hot_pairs)
+                continue
+            if not self._fresh(ct, now_ns) or len(ct.nodes) < 2:
                 continue
             if ct.link_streak < self.slow_windows:
                 if ct.link_streak == 0 and ct.base_xfer >= 0:
@@ -435,14 +458,29 @@ class SlowTracker:
         shared = set.intersection(*(set(h["nodes"]) for h in hot))
         pairs = {(a, b) for a in shared for b in shared if a < b
                  and not any(a in c and b in c for c in cool)}
-        if pairs:
-            return hot, sorted({n for p in pairs for n in p})
+        direct = {p for p in hot_pairs if p in pairs}  # a slow channel between the two
+        if direct or pairs:
+            return hot, sorted({n for p in (direct or pairs) for n in p})
         counts: dict[str, int] = {}
         for h in hot:
             for n in h["nodes"]:
                 counts[n] = counts.get(n, 0) + 1
         top = max(counts.values())
         return hot, sorted(n for n, c in counts.items() if c == top)
+
+    def _channel_links(self, comm: str, ct: CommTiming, node_of: dict[int, str], slow_ranks: set[int], hot: list,
+                       cool: list, hot_pairs: set) -> None:
+        for (r, p), (base, ms, streak, _) in ct.channels.items():
+            a, b = node_of.get(r), node_of.get(p)
+            if a is None or b is None or a == b:
+                continue
+            if streak == 0:
+                cool.append({a, b})
+            elif streak >= self.slow_windows and not (slow_ranks & {r, p}) and all(
+                    self.ratio.get(x, 1.0) < 1 + self.slow_impact for x in (r, p)):
+                hot.append({"comm": comm, "nodes": sorted((a, b)), "ranks": [p, r], "xfer_ms": ms,
+                            "normal_xfer_ms": round(base, 3)})
+                hot_pairs.add((min(a, b), max(a, b)))
 
     def lateness(self) -> dict[int, float]:
         """Each rank's largest mean arrival lag (ms) in its comms' latest windows."""

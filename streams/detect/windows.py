@@ -137,9 +137,9 @@ def p2p_reports(state: CommState, now_ns: int, width_ns: int, lag_ns: int) -> li
     if now_ns - state.p2p_win_start > 8 * width_ns + lag_ns:  # far behind (idle, or a jump): skip ahead
         state.p2p_win_start = (now_ns - lag_ns) // width_ns * width_ns - width_ns
     if state.p2p_iv:
-        slot, t0, t1, kind = (np.concatenate([iv[k] for iv in state.p2p_iv]) for k in range(4))
+        slot, t0, t1, kind, peer, seq = (np.concatenate([iv[k] for iv in state.p2p_iv]) for k in range(6))
     else:
-        slot = t0 = t1 = kind = np.zeros(0, np.int64)
+        slot = t0 = t1 = kind = peer = seq = np.zeros(0, np.int64)
     recv = kind <= RECV_BWD
     while state.p2p_win_start + width_ns + lag_ns <= now_ns:
         a = state.p2p_win_start
@@ -153,14 +153,47 @@ def p2p_reports(state: CommState, now_ns: int, width_ns: int, lag_ns: int) -> li
             rep["inside"] = _r(np.minimum(inside / width_ns, 1.0))
             rep["crank"] = state.crank.tolist()
             rep.update(_p2p_busy(state.n, slot, t0, t1, kind, a, b, width_ns))
+            rep["links"] = _transfers(state, slot, peer, seq, t1 - t0, recv, t1, a, b)
         out.append(rep)
         state.p2p_untimed = 0
         state.p2p_win_start = b
     # keep what a later window needs: calls not over, and each member's last recv before it
     keep = t1 > state.p2p_win_start - width_ns
-    state.p2p_iv = [(slot[keep], t0[keep], t1[keep], kind[keep])] if keep.any() else []
+    state.p2p_iv = [(slot[keep], t0[keep], t1[keep], kind[keep], peer[keep], seq[keep])] if keep.any() else []
     state.p2p_iv_n = int(keep.sum())
     return out
+
+
+def _transfers(state: CommState, slot: np.ndarray, peer: np.ndarray, seq: np.ndarray, dur: np.ndarray,
+               recv: np.ndarray, t1: np.ndarray, a: int, b: int) -> list[list]:
+    """Per channel (receiver, sender) with recvs that ended in [a, b): the median transfer time
+    of its messages, in ms. A send k and its recv k each last their wait for the other plus
+    the transfer; the later of the two waits for nothing, so the shorter of the two durations
+    is the transfer, each timed on its own rank's clock (no offset between nodes in it, and
+    no wait for a slow sender or receiver). `[rank, sender rank, ms]` each (`slow.py`)."""
+    r = np.flatnonzero(recv & (t1 >= a) & (t1 < b))
+    s_ = np.flatnonzero(~recv)
+    if not len(r) or not len(s_):
+        return []
+    n = max(state.n, 1)
+    # (receiver, sender) channel and seq of every recv and send, a recv next to its send
+    ch = np.concatenate([slot[r] * n + peer[r], peer[s_] * n + slot[s_]])
+    sq = np.concatenate([seq[r], seq[s_]])
+    idx = np.concatenate([r, s_])
+    is_r = np.arange(len(idx)) < len(r)
+    order = np.lexsort((~is_r, sq, ch))
+    ch, sq, idx, is_r = ch[order], sq[order], idx[order], is_r[order]
+    pair = np.flatnonzero((ch[1:] == ch[:-1]) & (sq[1:] == sq[:-1]) & is_r[:-1] & ~is_r[1:])
+    if not len(pair):
+        return []
+    x = np.minimum(dur[idx[pair]], dur[idx[pair + 1]]).astype(np.float64)
+    ch = ch[pair]
+    order = np.lexsort((x, ch))
+    ch, x = ch[order], x[order]
+    uk, first, counts = np.unique(ch, return_index=True, return_counts=True)
+    med = x[first + counts // 2]
+    ranks = state.rank_of
+    return [[int(ranks[k // n]), int(ranks[k % n]), round(v / 1e6, 4)] for k, v in zip(uk.tolist(), med.tolist())]
 
 
 def _p2p_busy(n: int, slot: np.ndarray, t0: np.ndarray, t1: np.ndarray, kind: np.ndarray, a: int, b: int,

@@ -122,3 +122,25 @@ def test_back_to_back_calls_do_not_hide_the_slow_rank(settings):
     slow = j.opened("slow_rank")
     assert [(i["culprit_ranks"], i["evidence"]["signal"]) for i in slow] == [([2], "collectives")]
     assert slow[0]["evidence"]["busy_ms"] > 100 and j.opened("hang") == []
+
+
+def test_slow_link_between_pipeline_stages_is_named_by_its_channel(settings):
+    # job model, GPU-timed probe, a pipeline stage per node (TP 2, PP 2, DP 4, 2 GPUs a node):
+    # only the sends between the stages on nodes 2 and 3 cross the link, no collective spans both
+    from commwatch.producers import jobmodel as jm
+    from commwatch.streams.detect import Detector
+
+    cfg = jm.JobConfig(job="l1", tp=2, pp=2, dp=4, gpus_per_node=2, probe="gpu", duration_s=35.0, seed=3,
+                       faults=(jm.SlowLink(2, 3, 3.0, at_s=15.0),))
+    run = jm.run_job(cfg)
+    assert [(t["kind"], t["nodes"], t["expect_incident"]) for t in run.truth] == [
+        ("slow_link", ["l1-node-02", "l1-node-03"], True)]
+    det, events = Detector(settings), []
+    for m in jm.merge([run]):
+        events += det.feed(m) + det.tick(m.ts_ns)
+    opened = [e for e in events if e["status"] == "open"]
+    assert [(e["kind"], e["culprit_nodes"]) for e in opened] == [("slow_link", ["l1-node-02", "l1-node-03"])]
+    ev = opened[0]["evidence"]["comms"][0]
+    assert ev["xfer_ms"] >= 2 * ev["normal_xfer_ms"] and len(ev["ranks"]) == 2
+    assert opened[0]["opened_ns"] >= run.truth[0]["onset_ns"]
+

@@ -348,3 +348,18 @@ def test_a_job_that_finishes_leaves_no_call_open_and_says_its_ranks_exited():
     assert max(m.ts_ns for m in r.messages) < t["onset_ns"] + 4 * S  # then the agents fall silent
     killed = run(tp=2, pp=2, dp=2, seed=19, duration_s=16.0, faults=(jm.JobExit(8.0),))
     assert not all(x["flags"] & wire.FLAG_COMPLETED for x in latest(killed.messages).values())
+
+
+def test_slow_link_is_expected_only_where_traffic_crosses_it():
+    # a stage per node (2 GPUs a node): nodes 1 and 2 hold stages of different replicas, and
+    # data parallel pairs nodes 0-2 and 1-3: nothing crosses between nodes 1 and 2
+    def truth(a, b):
+        cfg = jm.JobConfig(job="l", tp=2, pp=2, dp=2, gpus_per_node=2, probe="gpu", duration_s=20.0,
+                           faults=(jm.SlowLink(a, b, 3.0, at_s=5.0),))
+        return jm.run_job(cfg).truth[0]
+
+    used, quiet = truth(0, 1), truth(1, 2)
+    assert (used["carried"], used["expect_incident"]) == (True, True)
+    assert (quiet["carried"], quiet["expect_incident"]) == (False, False)
+    with pytest.raises(ValueError, match="two different nodes"):
+        jm.run_job(jm.JobConfig(job="l", tp=2, pp=2, dp=2, faults=(jm.SlowLink(0, 0, 3.0),)))

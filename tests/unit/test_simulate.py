@@ -300,3 +300,13 @@ def test_fault_specs_and_schedule(tmp_path):
         simulate(JobSpec(tp=2, pp=2, dp=2), [parse_fault("hang:rank=99,at=1s")])
     with pytest.raises(ValueError, match="tp9"):
         simulate(JobSpec(tp=2, pp=2, dp=2), [parse_fault("comm_hang:comm=tp9,at=1s")])
+
+
+def test_a_link_no_traffic_crosses_is_not_an_expected_incident():
+    # TP 8 on each node, stages 0/1 on nodes 0/1 and 2/3 of two pipelines; data parallel pairs
+    # nodes 0-2 and 1-3: nothing crosses between nodes 1 and 2
+    spec = JobSpec(tp=8, pp=2, dp=2, duration_s=2.0)
+    quiet = simulate(spec, [parse_fault("slow_link:nodes=node-01+node-02,factor=3,at=1s")]).truth()[0]
+    used = simulate(spec, [parse_fault("slow_link:nodes=node-00+node-01,factor=3,at=1s")]).truth()[0]
+    assert (quiet["carried"], quiet["expect_incident"]) == (False, False)
+    assert (used["carried"], used["expect_incident"]) == (True, True)
