@@ -7,8 +7,9 @@ to the rank's entry into its next call of that comm, on the rank's own clock (no
 Between two instances of a collective comm every member does the same work; between two
 recvs of a pipeline comm a stage does the same work in every replica. A rank's ratio in a
 comm is its mean gap over the median of its peers' (the other members; for a pipeline comm,
-the same stage in the other pipelines); a gap over three times a rank's median spans the end
-of an iteration and holds waits elsewhere: it is left out. Gaps are whole compute segments, so
+the same stage in the other pipelines); an instance whose gap (the members' median) is over
+three times the typical one spans the end of an iteration and holds waits elsewhere: it is
+left out for every member (`windows._busy_stats`). Gaps are whole compute segments, so
 no window edge cuts them: a victim's gaps stay its own however its pipeline is shifted.
 
 A rank's ratio is taken in its finest comm (the one with the shortest gaps, typically tensor
@@ -51,6 +52,7 @@ OUTLIER = 3.0  # a class of gaps this many times a rank's typical one spans an i
 MIN_CLASS_COUNT = 4  # a class of pipeline intervals is compared once it holds this many (early passes vary)
 EXACT_OTHERS = 8  # groups up to this size compare a member with the median of the others exactly
 ECHO_SHARE = 1 / 3  # a slowdown under this share of the largest one in the job is its echo
+SWITCH = 0.8  # a rank is judged in another comm once its intervals there are this much of those where it is
 LINK_FACTOR = 1.5
 LINK_MIN_MS = 1.0
 LINK_GRACE = 3
@@ -156,6 +158,7 @@ class SlowTracker:
         self.slow_windows = slow_windows
         self.comms: dict[str, CommTiming] = {}
         self.models: dict[int, RankModel] = {}
+        self.judged_in: dict[int, str] = {}  # rank -> the comm its ratio is taken in
         self.model_kind = model
         self.ratio: dict[int, float] = {}
         self.compute: dict[int, float] = {}
@@ -362,7 +365,10 @@ class SlowTracker:
                 unknown.update(members)
         # a rank is judged in its finest comm: the shortest compute intervals, so the most of
         # them, but intervals of real compute (peers' >= MIN_BUSY_MS), not the scheduling
-        # noise between back-to-back calls
+        # noise between back-to-back calls. It moves to a finer comm only when that one's
+        # intervals are `SWITCH` shorter: a slowing rank's intervals grow in every comm, but
+        # in a comm whose horizon still holds its healthy past they grow later, and judged
+        # there its evidence would restart
         finest: dict[int, tuple[str, tuple]] = {}
         for c, res in long.items():
             for r, v in res.items():
@@ -370,6 +376,13 @@ class SlowTracker:
                     continue
                 if r not in finest or (v[2] < MIN_BUSY_MS, v[1]) < (finest[r][1][2] < MIN_BUSY_MS, finest[r][1][1]):
                     finest[r] = (c, v)
+        for r, (c, v) in finest.items():
+            was = self.judged_in.get(r)
+            if was != c and was in long and r in long[was]:
+                w = long[was][r]
+                if (w[2] < MIN_BUSY_MS) == (v[2] < MIN_BUSY_MS) and v[1] >= SWITCH * w[1]:
+                    finest[r] = (was, w)
+            self.judged_in[r] = finest[r][0]
         self.ratio = {r: v[0] for r, (_, v) in finest.items()}
         out = {}
         for r, (c, (ratio, mine, ref, ps)) in finest.items():

@@ -32,7 +32,7 @@ from commwatch.streams.detect.medians import nanmedian
 OFFSET_BLEND = 0.3
 MIN_GAP_NS = 50_000  # shorter gaps between calls are not compute (back-to-back calls)
 MIN_GAPS = 1  # a member's busy figures need this many gaps in the window (stage 2 pools windows)
-OUTLIER = 3.0  # a gap over this many times the member's median holds waits, not compute
+OUTLIER = 3.0  # an instance whose gap is over this many times the typical one holds waits, not compute
 P2P_CLASSES = 16  # P2P compute intervals: the kinds of the calls before and after the gap
 
 
@@ -93,11 +93,16 @@ def window_report(state: CommState, a: int, b: int, now_ns: int) -> dict | None:
 
 def _busy_stats(gaps: np.ndarray, valid: np.ndarray, span: float) -> tuple[list, list[int], list[float]]:
     """Per member (columns): the sum of its compute gaps (ms, None without any) and their
-    count, leaving out gaps over `OUTLIER` x its median (a gap that spans an iteration's end
-    holds waits in other comms); and the sum of all its valid gaps over `span`."""
+    count, leaving out the instances (rows) whose gap is over `OUTLIER` x the typical one, by
+    the members' median (a gap that spans an iteration's end holds waits in other comms); and
+    the sum of all its valid gaps over `span`. Which instances count is decided for all
+    members at once: every member is measured over the same work (a cut per member, at a
+    length where gaps of two kinds meet, would take one kind for one member and not for
+    another: a bias of tens of percent between members doing the same work)."""
     with np.errstate(invalid="ignore"):
-        med = nanmedian(np.where(valid, gaps, np.nan), 0)
-        keep = valid & (gaps <= OUTLIER * med)
+        row = nanmedian(np.where(valid, gaps, np.nan), 1)
+        typical = nanmedian(row, 0) if len(row) else np.nan
+        keep = valid & (row <= OUTLIER * typical)[:, None]
     cnt = keep.sum(axis=0)
     sums = np.where(keep, gaps, 0.0).sum(axis=0)
     enough = (valid.sum(axis=0) >= MIN_GAPS).tolist()

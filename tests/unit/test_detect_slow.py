@@ -144,3 +144,38 @@ def test_slow_link_between_pipeline_stages_is_named_by_its_channel(settings):
     assert ev["xfer_ms"] >= 2 * ev["normal_xfer_ms"] and len(ev["ranks"]) == 2
     assert opened[0]["opened_ns"] >= run.truth[0]["onset_ns"]
 
+
+def test_members_doing_the_same_work_are_measured_over_the_same_instances():
+    # two tensor-parallel peers, the same gaps of several kinds (20, 40 and ~122 ms: a kind at
+    # three times the typical one, 40.5 ms): which instances count is one decision for both, or one
+    # would average in the ~123 ms gaps and the other not (a false 1.5x between equals)
+    import numpy as np
+
+    from commwatch.streams.detect.windows import _busy_stats
+
+    ms = 1e6
+    a = np.array([20, 41, 20, 123.5, 40, 20, 42, 123.8, 20, 41]) * ms
+    b = np.array([20, 41, 20, 121.0, 40, 20, 42, 121.2, 20, 41]) * ms  # the long kind a little shorter
+    gaps = np.stack([a, b], axis=1)
+    sums, counts, _ = _busy_stats(gaps, gaps > 0, span=1e9)
+    assert counts[0] == counts[1]
+    mean_a, mean_b = sums[0] / counts[0], sums[1] / counts[1]
+    assert abs(mean_a / mean_b - 1) < 0.05
+
+
+def test_a_slowing_rank_stays_judged_in_the_comm_it_was_hot_in(settings):
+    # two ranks slow down 1.5x at once (job model, TP 2, PP 2, DP 4): as a rank slows, its own
+    # gaps grow in its finest comm while a coarser comm's horizon still holds its healthy past
+    # and looks finer for a while; were it judged there, its evidence would restart (opened
+    # after ~5 iterations instead of ~3)
+    from commwatch.streams.bench_detect import feed
+    from commwatch.streams.bench_scenarios import jobmodel_cases
+    from commwatch.streams.bench_score import score
+
+    case = next(c for c in jobmodel_cases() if c.name == "jm/two-slow-2x2x4")
+    built = case.build()
+    events, refused = feed(built, settings)
+    res = score(events, built.truth, built.jobs, settings.hang_floor_s)
+    assert refused == 0 and res["false"] == []
+    assert [t["hit"] for t in res["truths"]] == [True, True]
+    assert max(t["delay_it"] for t in res["truths"]) <= 4.0
