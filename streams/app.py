@@ -2,7 +2,8 @@
 
 - `comm` agent: `cw.calls.v1` + `cw.progress.v1` (key `{job}/{comm}`) -> `CommStage` ->
   reports on `cw.internal.reports.v1` (key `{job}`); the per-rank rows of its window
-  reports also go to `cw.internal.windows.v1` for the ClickHouse sink.
+  reports also go to `cw.internal.windows.v1` for the ClickHouse sink. It takes what the
+  consumer has buffered at once (`POLL_MAX`): one validation pass over the call batches.
 - `job` agent: reports + `cw.topology.v1` + `cw.steps.v1` + `cw.hw.v1` (key `{job}`) ->
   `JobStage` -> incidents on `cw.alerts.v1` (key `{job}`).
 
@@ -42,7 +43,7 @@ import faust
 
 from commwatch import messages, topics
 from commwatch.capture import Message
-from commwatch.decode import CallBatch, decode_message
+from commwatch.decode import CallBatch, decode_message, decode_messages
 from commwatch.metrics import StreamMetrics
 from commwatch.settings import Settings
 from commwatch.streams.deadletter import error_headers
@@ -55,6 +56,8 @@ log = logging.getLogger(__name__)
 
 REPORTS = "cw.internal.reports.v1"
 TICK_S = 0.5
+POLL_MAX = 2000  # events the comm agent takes at once (what one poll returns, at most)
+POLL_WITHIN_S = 0.02  # ... waiting this long at most for more to arrive
 STARTUP_GRACE_S = 30.0
 LAG_EVERY_S = 2.0
 HEALTH_EVERY_NS = 1_000_000_000  # a job's health snapshot is published this often (its event time)
@@ -150,16 +153,29 @@ class Pipeline:
         no conclusion from stale comms."""
         return self.unread
 
-    def comm_message(self, base: str, msg: Message, tp: Any = None) -> list[dict]:
-        """Stage 1 for one calls/progress message; raises `WireError`."""
-        decoded = decode_message(msg, self.settings.max_message_bytes)
-        if isinstance(decoded, CallBatch):
-            self.metrics.records.inc(decoded.count)
-            job = decoded.job
-        else:
-            job = decoded["job"]
-        self._seen(base, msg, job, tp)
-        return self.detector.comm_feed(msg, decoded, self.wall_ns())
+    def comm_messages(self, items: list[tuple[str, Message, Any]]) -> tuple[list[dict], list[WireError | None]]:
+        """Stage 1 for the calls/progress messages one poll returned, in order: their call
+        batches validated together (`decode_messages`, one numpy pass), each message then fed
+        to the detector. Returns the reports, and per message None or the `WireError` that
+        refused it (the others go on)."""
+        decoded = decode_messages([m for _, m, _ in items], self.settings.max_message_bytes)
+        reports: list[dict] = []
+        errors: list[WireError | None] = []
+        records = 0
+        for (base, msg, tp), d in zip(items, decoded):
+            if isinstance(d, WireError):
+                errors.append(d)
+                continue
+            errors.append(None)
+            if isinstance(d, CallBatch):
+                records += d.count
+                job = d.job
+            else:
+                job = d["job"]
+            self._seen(base, msg, job, tp)
+            reports.extend(self.detector.comm_feed(msg, d, self.wall_ns()))
+        self.metrics.records.inc(records)
+        return reports, errors
 
     def job_message(self, base: str, msg: Message, tp: Any = None) -> list[dict]:
         """Stage 2 for one report or topology/steps/hw message; raises `WireError`."""
@@ -338,7 +354,23 @@ def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None
 
     @app.agent(comm_in, name="comm")
     async def comm_agent(stream: Any) -> None:
-        await consume(stream, pipeline.comm_message, publish_reports)
+        """What the consumer has buffered, up to `POLL_MAX` events, at once: one validation
+        pass over its call batches, one publication of its reports (per-message overhead
+        is what limits a worker)."""
+        async for events in stream.take_events(POLL_MAX, within=POLL_WITHIN_S):
+            items, kept = [], []
+            for event in events:
+                try:
+                    items.append(kafka_message(event))
+                    kept.append(event)
+                except WireError as err:
+                    await dead_letter(event, err)
+            reports, errors = pipeline.comm_messages(items) if items else ([], [])
+            for event, err in zip(kept, errors):
+                if err is not None:
+                    await dead_letter(event, err)
+            liveness.beat("consume")
+            await publish_reports(reports)
 
     @app.agent(job_in, name="job")
     async def job_agent(stream: Any) -> None:

@@ -40,16 +40,22 @@ def test_bad_messages_raise_and_good_ones_still_flow(pipeline):
         (topics.HW, Message(topics.HW, "j", 5, b"[1, 2]"), "not_object"),
         (REPORTS, Message(REPORTS, "j", 5, b"\x00"), "bad_json"),
     ]
-    for base, msg, reason in bad:
-        handler = pipeline.comm_message if base in (topics.CALLS, topics.PROGRESS) else pipeline.job_message
+    good = [msg for msg in simulate(JobSpec(job="j", tp=2, duration_s=1)).messages() if msg.topic == topics.CALLS]
+    # the comm half takes a poll's messages at once: the bad ones among them are refused,
+    # each with its reason, and the good ones around them are fed
+    comm = [(b, msg, None) for b, msg, _ in bad[:2]]
+    _, errors = pipeline.comm_messages([comm[0], (topics.CALLS, good[0], None), comm[1]])
+    assert [e.reason if e else None for e in errors] == ["bad_magic", None, "bad_json"]
+    for e in errors:
+        if e:
+            pipeline.dead(e)
+    for base, msg, reason in bad[2:]:
         with pytest.raises(WireError) as exc:
-            handler(base, msg)
+            pipeline.job_message(base, msg)
         assert exc.value.reason == reason, (base, exc.value)
         pipeline.dead(exc.value)
     assert sum(s.value for f in m.registry.collect() if f.name == "commwatch_stream_deadletter"
                for s in f.samples if s.name.endswith("_total")) == 4
-    good = [msg for msg in simulate(JobSpec(job="j", tp=2, duration_s=1)).messages() if msg.topic == topics.CALLS]
-    pipeline.comm_message(topics.CALLS, good[0])
     assert m.registry.get_sample_value("commwatch_stream_records_total") > 0
     assert pipeline.jobs == {"j"}
 
@@ -64,8 +70,7 @@ def test_each_job_runs_on_its_own_clock_and_nothing_is_judged_before_every_parti
             if m.topic == topics.PROGRESS][0]
     slow = [m for m in simulate(JobSpec(job="slow", tp=2, duration_s=1, start_ns=wall[0])).messages()
             if m.topic == topics.PROGRESS][0]
-    p.comm_message(topics.PROGRESS, fast, tp="part-0")
-    p.comm_message(topics.PROGRESS, slow, tp="part-1")
+    p.comm_messages([(topics.PROGRESS, fast, "part-0"), (topics.PROGRESS, slow, "part-1")])
     wall[0] += 2 * 10**9
     clocks = p.detector.comm_clocks
     assert clocks.now("slow", wall[0]) == slow.ts_ns + 2 * 10**9
