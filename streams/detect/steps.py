@@ -29,6 +29,8 @@ RECENT = 3  # the job's current step time: median of the last iterations
 WARMUP = 2  # first iterations (compilation, warm-up) teach nothing
 BASE_LEARN = 0.05
 PHASES = ("forward_ms", "backward_ms")
+LOCAL_PHASE = "optimizer_ms"  # tensor-parallel peers compute it apart (no TP collective waits in it)
+KEPT_PHASES = PHASES + (LOCAL_PHASE,)
 STRAGGLER_SHARE = 0.1  # a phase in which more ranks than this share are slow holds waits
 PHASE_MIN_SHARE = 0.1  # a phase shorter than this share of the step cannot slow the job (noise)
 
@@ -54,7 +56,7 @@ class StepTracker:
         if self.judged >= 0 and it <= self.judged:
             return  # late for an iteration already judged
         dur = (msg["t_end_ns"] - msg["t_start_ns"]) / 1e9
-        phases = {k: float(v) for k, v in (msg.get("phases") or {}).items() if k in PHASES}
+        phases = {k: float(v) for k, v in (msg.get("phases") or {}).items() if k in KEPT_PHASES}
         self.iters.setdefault(it, {})[rank] = (dur, phases, msg["t_end_ns"])
         self.ranks.add(rank)
         self.last_iteration = it if self.last_iteration is None else max(self.last_iteration, it)
@@ -90,6 +92,16 @@ class StepTracker:
             self.judged = it
         return self.verdicts
 
+    @staticmethod
+    def _local_ratios(got: dict, members: list[int]) -> dict[int, float]:
+        """Per member, its `LOCAL_PHASE` time over the median of the others' (the phase's
+        share of the step does not matter here: it only tells a slow TP group's members apart)."""
+        vals = {r: got[r][1].get(LOCAL_PHASE, 0.0) for r in members if got[r][1]}
+        vals = {r: v for r, v in vals.items() if v > 0}
+        if len(vals) < 3:
+            return {}
+        return {r: v / ref for (r, v), ref in zip(vals.items(), _medians_of_others(list(vals.values()))) if ref > 0}
+
     def _judge(self, it: int, got: dict, coords: dict[int, dict], open_ranks: set[int]) -> None:
         step = statistics.median(d for d, _, _ in got.values())
         self.durations.append(step)
@@ -121,19 +133,26 @@ class StepTracker:
                     if ref > 0 and ref >= PHASE_MIN_SHARE * got[r][0] * 1e3:
                         ratios[r] = (vals[r] / ref, ref)
                 # a straggler stands out alone; a phase in which many ranks are slower holds
-                # waits (they wait on someone inside the phase), not their own compute
+                # waits (they wait on someone inside the phase), not their own compute. Tensor-
+                # parallel peers wait inside the phase for their slow peer (GPU-timed phases
+                # hold the NCCL kernels): a TP group over counts once, and which of its members
+                # is slow is told by the phase its members compute apart (`LOCAL_PHASE`)
                 over = [r for r, (x, _) in ratios.items() if x >= 1 + self.slow_impact]
-                if len(over) > max(1, STRAGGLER_SHARE * len(members)):
+                groups_over: dict = {}
+                for r in over:
+                    groups_over.setdefault(_tp_group(coords.get(r)) or ("rank", r), []).append(r)
+                if len(groups_over) > max(1, STRAGGLER_SHARE * len(members)):
                     continue
-                # tensor-parallel peers wait inside the phase for their slow peer (GPU-timed
-                # phases hold the NCCL kernels): two of one TP group over says who is slow no more
-                groups_over: dict[tuple, int] = {}
-                for r in over:
-                    groups_over[_tp_group(coords.get(r))] = groups_over.get(_tp_group(coords.get(r)), 0) + 1
-                for r in over:
-                    key = _tp_group(coords.get(r))
-                    if key is not None and groups_over[key] > 1:
-                        del ratios[r]
+                local = None
+                for group in groups_over.values():
+                    if len(group) < 2:
+                        continue
+                    if local is None:
+                        local = self._local_ratios(got, members)
+                    apart = [r for r in group if local.get(r, 0.0) >= 1 + self.slow_impact]
+                    for r in group:
+                        if len(apart) != 1 or r != apart[0]:
+                            del ratios[r]
                 for r, (ratio, ref) in ratios.items():
                     if ratio > self.ratio.get(r, 0.0):
                         self.ratio[r] = ratio

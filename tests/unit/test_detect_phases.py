@@ -1,5 +1,6 @@
 """Phase timings (cw.steps.v1): a lone compute straggler among ranks doing the same work,
-not a phase too short to slow anyone, nor a phase many ranks are slow in (it holds waits)."""
+not a phase too short to slow anyone, nor a phase many ranks are slow in (it holds waits);
+a slow tensor-parallel group told apart by the phase its members compute apart."""
 
 from commwatch.streams.detect.steps import StepTracker
 
@@ -43,6 +44,22 @@ def test_a_whole_tensor_parallel_group_slow_in_a_phase_names_nobody():
     assert found == {}
     alone = _run(lambda r, it: {"forward_ms": 450.0 if r == 4 and it >= 4 else 300.0, "backward_ms": 500.0}, world=32)
     assert set(alone) == {4}
+
+
+def test_a_slow_tensor_parallel_group_is_told_apart_by_the_phase_its_members_compute_apart():
+    # rank 5 is 1.5x slow; its TP peer 4 waits for it in every TP collective of forward and
+    # backward, so both are equally slow there; only in the optimizer (no TP waits) is 5 alone
+    def phases(r, it):
+        slow = it >= 4 and r in (4, 5)
+        return {"forward_ms": 450.0 if slow else 300.0, "backward_ms": 750.0 if slow else 500.0,
+                "optimizer_ms": 60.0 if slow and r == 5 else 40.0}
+
+    found = _run(phases)
+    assert set(found) == {5} and found[5]["phase"] in ("forward_ms", "backward_ms")
+    # the optimizer says nothing apart: nobody is named (as without it)
+    assert _run(lambda r, it: {**phases(r, it), "optimizer_ms": 40.0}) == {}
+    # the group's both members slower in the optimizer too: nobody
+    assert _run(lambda r, it: {**phases(r, it), "optimizer_ms": 60.0 if it >= 4 and r in (4, 5) else 40.0}) == {}
 
 
 def test_medians_of_the_others_are_what_statistics_gives():
