@@ -479,12 +479,19 @@ class JobStage:
                           "baseline_step_s": round(js.steps.base_s, 3)},
                 id_hint=f"{now_ns}"))
         links, nodes = js.slow.slow_links(now_ns, set(found), js.node_of)
-        if links:
+        if links and len(nodes) <= 2:
             out.extend(js.book.assert_(
                 ("slow_link", tuple(nodes)), now_ns, kind="slow_link", severity="P2", culprit_ranks=[],
                 culprit_nodes=nodes, comm=links[0]["comm"],
                 summary=f"transfers slow on {len(links)} comm(s) spanning {', '.join(nodes)}; no rank is slow",
                 evidence={"comms": links[:16]}, id_hint=f"{'-'.join(nodes)}-{now_ns}"))
+        elif links:  # every slow comm spans the same nodes: which of their links is slow is not known
+            out.extend(js.book.assert_(
+                ("slow_link", tuple(nodes)), now_ns, kind="slow_link", severity="P3", culprit_ranks=[],
+                culprit_nodes=[], comm=links[0]["comm"],
+                summary=f"transfers slow on {len(links)} comm(s) spanning {', '.join(nodes)}; no rank is slow, "
+                        f"and no comm tells which of their links it is",
+                evidence={"comms": links[:16], "candidate_nodes": nodes}, id_hint=f"{'-'.join(nodes)}-{now_ns}"))
 
     def _sm_clocks(self, js: JobState) -> dict[int, float]:
         return {r: s["sm_clock_mhz"] for (_, r), s in js.hw.items() if r >= 0 and s.get("sm_clock_mhz")}

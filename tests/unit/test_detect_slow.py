@@ -96,6 +96,19 @@ def test_slow_link_names_the_pair_no_healthy_comm_spans(settings):
     assert [c["comm"] for c in inc["evidence"]["comms"]] == [f"{ring:016x}"]
 
 
+def test_a_slow_link_no_comm_can_place_is_an_advisory_naming_no_node(settings):
+    # one ring over n0, n1, n2 and nothing else crosses nodes: any of its three links may be
+    # the slow one; naming all three nodes would name the ends of healthy links too
+    nodes = {0: "n0", 1: "n1", 2: "n2"}
+    ring = 0xC4
+    j = HandJob(settings, {ring: [0, 1, 2]}, nodes)
+    steps(j, 6)
+    steps(j, 8, xfer={ring: 30 * MS})
+    (inc,) = j.opened()
+    assert (inc["kind"], inc["severity"], inc["culprit_nodes"], inc["culprit_ranks"]) == ("slow_link", "P3", [], [])
+    assert inc["evidence"]["candidate_nodes"] == ["n0", "n1", "n2"]
+
+
 def test_back_to_back_calls_do_not_hide_the_slow_rank(settings):
     # data parallel calls run back to back (fractions of a millisecond apart: call overhead,
     # noise); the compute lies between the pair comm's calls, where rank 2 is 150 ms slower
