@@ -155,12 +155,13 @@ class Pipeline:
 
     def comm_messages(self, items: list[tuple[str, Message, Any]]) -> tuple[list[dict], list[WireError | None]]:
         """Stage 1 for the calls/progress messages one poll returned, in order: their call
-        batches validated together (`decode_messages`, one numpy pass), each message then fed
-        to the detector. Returns the reports, and per message None or the `WireError` that
-        refused it (the others go on)."""
+        batches validated together (`decode_messages`, one numpy pass), then fed to the
+        detector at once (`Detector.comm_feed`). Returns the reports, and per message None
+        or the `WireError` that refused it (the others go on)."""
         decoded = decode_messages([m for _, m, _ in items], self.settings.max_message_bytes)
-        reports: list[dict] = []
         errors: list[WireError | None] = []
+        good_m: list[Message] = []
+        good_d: list = []
         records = 0
         for (base, msg, tp), d in zip(items, decoded):
             if isinstance(d, WireError):
@@ -173,7 +174,9 @@ class Pipeline:
             else:
                 job = d["job"]
             self._seen(base, msg, job, tp)
-            reports.extend(self.detector.comm_feed(msg, d, self.wall_ns()))
+            good_m.append(msg)
+            good_d.append(d)
+        reports = self.detector.comm_feed(good_m, good_d, self.wall_ns()) if good_m else []
         self.metrics.records.inc(records)
         return reports, errors
 

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from commwatch.decode import decode_messages
 from commwatch.settings import Settings
 from commwatch.streams.bench_scenarios import Built, Case, all_cases, records_in
 from commwatch.streams.bench_score import S, score, summarize
@@ -33,18 +34,11 @@ TAIL_TICK_S = 0.5
 def feed(built: Built, settings: Settings) -> tuple[list[dict], int]:
     """Every incident event the detector emits over the capture; and how many messages it refused."""
     det = Detector(settings)
-    events: list[dict] = []
-    refused = 0
-    last = None
-    received = built.received_ns or [None] * len(built.messages)
-    for m, ref in zip(built.messages, received):
-        ref = m.ts_ns if ref is None else ref  # replay: the capture's time; live: when it arrived
-        try:
-            events += det.feed(m, ref)
-        except WireError:
-            refused += 1
-        events += det.tick(ref)
-        last = ref if last is None else max(last, ref)
+    received = built.received_ns or [m.ts_ns for m in built.messages]  # live: when each arrived
+    decoded = decode_messages(built.messages, settings.max_message_bytes)
+    refused = sum(isinstance(d, WireError) for d in decoded)
+    events = det.feed_stream(built.messages, decoded, received)
+    last = max(received) if received else None
     if last is not None:
         events += det.tick(last)
         for k in range(1, int(built.tail_s / TAIL_TICK_S) + 1):
@@ -93,18 +87,14 @@ def _save(folder: Path, case: Case, built: Built, events: list[dict]) -> None:
 
 def core_speed(settings: Settings) -> dict:
     """Decode and detection timed apart on one 256-rank healthy simulator run: where the time goes."""
-    from commwatch.decode import decode_message
     from commwatch.streams.bench_scenarios import build_sim
 
     built = build_sim((8, 4, 8), "jitter", seed=7, step_s=1.0, duration_s=20.0)
     msgs = built.messages
     t0 = time.perf_counter()
-    decoded = [decode_message(m) for m in msgs]
+    decoded = decode_messages(msgs)
     t1 = time.perf_counter()
-    det = Detector(settings)
-    for m, d in zip(msgs, decoded):
-        det.feed_decoded(m, d)
-        det.tick(m.ts_ns)
+    Detector(settings).feed_stream(msgs, decoded)
     t2 = time.perf_counter()
     records = records_in(msgs)
     return {"messages": len(msgs), "records": records, "records_per_message": round(records / len(msgs), 1),

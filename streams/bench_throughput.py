@@ -101,9 +101,7 @@ def replay_run(settings: Settings, ranks: int, records: float) -> dict:
     refused = sum(isinstance(d, WireError) for d in decoded)
     det = Detector(settings)
     c0 = time.process_time()
-    for m, d in zip(msgs, decoded):
-        det.feed_decoded(m, d)
-        det.tick(m.ts_ns)
+    det.feed_stream(msgs, decoded)
     det.tick(msgs[-1].ts_ns + 1)
     detect_cpu = time.process_time() - c0
     del decoded, det
@@ -114,10 +112,7 @@ def replay_run(settings: Settings, ranks: int, records: float) -> dict:
     incidents = 0
     c0, w0 = time.process_time(), time.perf_counter()
     for chunk in chunks:
-        for m, d in zip(chunk, decode_messages(chunk, settings.max_message_bytes)):
-            if not isinstance(d, WireError):
-                incidents += len(det.feed_decoded(m, d))
-            incidents += len(det.tick(m.ts_ns))
+        incidents += len(det.feed_stream(chunk, decode_messages(chunk, settings.max_message_bytes)))
     incidents += len(det.tick(msgs[-1].ts_ns + 1))
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
     rss = proc.memory_info().rss - rss0

@@ -43,22 +43,14 @@ def replay(path: str, settings: Settings, out, err) -> dict:
     alerts = 0
     for lo in range(0, len(msgs), CHUNK):
         chunk = msgs[lo:lo + CHUNK]
-        for msg, decoded in zip(chunk, decode_messages(chunk, settings.max_message_bytes)):
-            if msg.topic == topics.ALERTS:
-                events = det.feed(msg)  # counted and ignored: replay makes its own
-            elif isinstance(decoded, WireError):
-                skipped[f"{msg.topic}: {decoded.reason}"] += 1
-                events = []
-            else:
-                events = det.feed_decoded(msg, decoded)
-            events += det.tick(msg.ts_ns)
-            for ev in events:
-                out.write(messages.dumps(ev).decode("utf-8") + "\n")
-            alerts += len(events)
-    if msgs:
-        for ev in det.tick(msgs[-1].ts_ns):
+        decoded = decode_messages(chunk, settings.max_message_bytes)
+        for msg, d in zip(chunk, decoded):
+            if isinstance(d, WireError) and msg.topic != topics.ALERTS:
+                skipped[f"{msg.topic}: {d.reason}"] += 1
+        events = det.feed_stream(chunk, decoded)
+        for ev in events:
             out.write(messages.dumps(ev).decode("utf-8") + "\n")
-            alerts += 1
+        alerts += len(events)
     out.flush()
     t2 = time.perf_counter()
     if skipped:

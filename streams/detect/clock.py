@@ -61,6 +61,17 @@ class JobClocks:
         c.jump = c.jumps = 0
         c.stamp, c.ref = stamp, ref
 
+    def observe_many(self, job: str, stamps: list[int], ref: int) -> None:
+        """`observe` of each stamp in order (one poll's messages of a job): the newest one
+        alone when none of them is a jump (what the loop would conclude, at one step)."""
+        c = self._c.get(job)
+        top = max(stamps)
+        if c is not None and top - (c.stamp + max(0, ref - c.ref)) <= MAX_JUMP_NS:
+            self.observe(job, top, ref)
+            return
+        for stamp in stamps:
+            self.observe(job, stamp, ref)
+
     def now(self, job: str, ref: int, extrapolate: bool = True) -> int:
         c = self._c.get(job)
         if c is None:

@@ -44,6 +44,7 @@ FLUSH_RECORDS = 8192
 TICK_FLUSH_RECORDS = 1024  # at a tick, a comm's pending records are applied once this many...
 TICK_FLUSH_AGE_NS = 2_000_000_000  # ...or the oldest this old, or a window or wait may be due
 MAX_PENDING_HB = 256  # heartbeats kept waiting for a flush at most (a bound on memory)
+HB_WAIT_NS = 1_000_000_000  # a heartbeat behind flowing records waits for their flush at most this long
 HB_FLUSH_GAP_NS = 250_000_000  # a heartbeat applies pending records when a report may be due, this often at most
 COMM_REPORT_NS = 1_000_000_000
 PRUNE_NS = 10_000_000_000
@@ -91,6 +92,19 @@ class CommStage:
         if isinstance(decoded, dict) and "ranks" in decoded and "node" in decoded:
             return self.feed_progress(decoded, now_ns, stamp)
         return []
+
+    def feed_many(self, msgs: list, decoded: list, now_ns: int) -> list[dict]:
+        """`feed` over one job's messages of a poll, in order."""
+        out: list[dict] = []
+        for msg, d in zip(msgs, decoded):
+            stamp = msg.ts_ns if msg.ts_ns < now_ns else now_ns
+            if type(d) is CallBatch:
+                got = self.feed_calls(d, now_ns, stamp)
+            else:
+                got = self.feed(msg, d, now_ns)
+            if got:
+                out.extend(got)
+        return out
 
     def feed_calls(self, batch: CallBatch, now_ns: int, stamp: int | None = None) -> list[dict]:
         """Buffer the batch; a comm's batches are folded in together (at a tick, or once
@@ -191,8 +205,11 @@ class CommStage:
 
     def _due(self, st: CommState, now_ns: int) -> bool:
         """Whether a comm's pending records are applied at this tick: a new comm, a heartbeat
-        waiting behind them, or a report that may be due (`_report_due`)."""
-        return st.n == 0 or bool(st.pending_hb) or self._report_due(st, now_ns)
+        waiting behind them for `HB_WAIT_NS` (while records flow they carry its progress; a
+        heartbeat of a comm with nothing pending is applied on arrival), or a report that
+        may be due (`_report_due`)."""
+        return st.n == 0 or bool(st.pending_hb and now_ns - st.pending_hb[0][1] >= HB_WAIT_NS) or self._report_due(
+            st, now_ns)
 
     def _report_due(self, st: CommState, now_ns: int) -> bool:
         """Enough records pending, the oldest old enough, a window that may close, a P2P

@@ -5,8 +5,8 @@ reports go straight to stage 2 in process. The live worker (`streams/app.py`) dr
 very same object through its two halves, because there the reports travel through Kafka
 (partitioned by job) between them:
 
-- comm half (`cw.calls.v1`, `cw.progress.v1`, key `{job}/{comm}`): `comm_feed(msg, decoded,
-  ref_ns)` and `comm_tick(ref_ns)` return reports;
+- comm half (`cw.calls.v1`, `cw.progress.v1`, key `{job}/{comm}`): `comm_feed(msgs, decoded,
+  ref_ns)` (a poll's messages at once) and `comm_tick(ref_ns)` return reports;
 - job half (reports, topology, steps, hw, key `{job}`): `job_feed_report(report, ref_ns)`,
   `job_feed(msg, decoded, ref_ns)` and `job_tick(ref_ns)` return incidents. Each half also
   ticks a job as its data arrives (time passes with the data), and not at all while the job
@@ -45,10 +45,12 @@ from commwatch.streams.detect.clock import JobClocks
 from commwatch.streams.detect.comm_stage import CommStage
 from commwatch.streams.detect.job_stage import TICK_NS as JOB_TICK_NS
 from commwatch.streams.detect.job_stage import JobStage
+from commwatch.wire import WireError
 
 log = logging.getLogger(__name__)
 
 WINDOW_BACKLOG = 4096  # window reports kept for `window_stats()` between drains
+COMM_TOPICS = (topics.CALLS, topics.PROGRESS)
 ROW_FIELDS = ("lag_ms", "last_share", "inside", "offset_ms")
 
 
@@ -94,9 +96,27 @@ class Detector:
         ref = msg.ts_ns if ref_ns is None else ref_ns
         if ref > self.ref_ns:
             self.ref_ns = ref
-        if msg.topic in (topics.CALLS, topics.PROGRESS):
-            return self._local(self.comm_feed(msg, decoded, self.ref_ns))
+        if msg.topic in COMM_TOPICS:
+            return self._local(self.comm_feed([msg], [decoded], self.ref_ns))
         return self.job_feed(msg, decoded, self.ref_ns)
+
+    def feed_stream(self, msgs: list[Message], decoded: list, refs: list[int] | None = None) -> list[dict]:
+        """The detector over messages in time order, as replay and the benches run it:
+        `decoded` per message its `decode_messages` result (a `WireError` is skipped; the
+        caller counts it), `refs` when each was received (default: its own time). Time ticks
+        after every message, as it would for a worker fed one message at a time (feeding a
+        run of them at once moves when windows close against the job's ticks: slow-rank
+        delays changed by up to 0.6 s either way, for a 5 % gain). Returns incident events."""
+        out: list[dict] = []
+        for i, msg in enumerate(msgs):
+            d = decoded[i]
+            ref = msg.ts_ns if refs is None else refs[i]
+            if msg.topic == topics.ALERTS:
+                self.stats["ignored_alerts"] += 1
+            elif not isinstance(d, WireError):
+                out.extend(self.feed_decoded(msg, d, ref))
+            out.extend(self.tick(ref))
+        return out
 
     def tick(self, ref_ns: int) -> list[dict]:
         if ref_ns > self.ref_ns:
@@ -138,27 +158,42 @@ class Detector:
         return out
 
     # --- comm half --------------------------------------------------------------------
-    def comm_feed(self, msg: Message, decoded, ref_ns: int) -> list[dict]:
-        """Stage 1 for one calls/progress message; returns reports."""
-        self.stats["messages"] += 1
-        if isinstance(decoded, CallBatch):
-            self.stats["records"] += decoded.count
-            job = decoded.job
-        else:
-            job = decoded["job"]
+    def comm_feed(self, msgs: list[Message], decoded: list, ref_ns: int) -> list[dict]:
+        """Stage 1 for calls/progress messages in arrival order (a consumer poll; replay feeds
+        one at a time), all valid (`decode_messages` results, no `WireError`); returns reports.
+        Per job: its clock observes the messages at once, stage 1 buffers them in order (a
+        comm's batches are folded in together at its next flush) and ticks once if due."""
+        self.stats["messages"] += len(msgs)
+        by_job: dict[str, tuple[list, list]] = {}
+        records = 0
+        for msg, d in zip(msgs, decoded):
+            if type(d) is CallBatch:
+                records += d.count
+                job = d.job
+            else:
+                job = d["job"]
+            run = by_job.get(job)
+            if run is None:
+                run = by_job[job] = ([], [])
+            run[0].append(msg)
+            run[1].append(d)
+        self.stats["records"] += records
         clocks, stage = self.comm_clocks, self.comm_stage
-        clocks.observe(job, msg.ts_ns, ref_ns)
-        now = clocks.now(job, ref_ns)
-        out = self._guard(job, stage.feed, msg, decoded, now)
-        # time passes with the data too: a worker catching up on a backlog ticks as replay does
-        due = stage.next_tick_ns(job)
-        if now >= due:
-            out.extend(self._guard(job, stage.tick_job, job, now))
+        out: list[dict] = []
+        for job, (ms, ds) in by_job.items():
+            clocks.observe_many(job, [m.ts_ns for m in ms], ref_ns)
+            now = clocks.now(job, ref_ns)
+            got = self._guard(job, stage.feed_many, ms, ds, now)
+            # time passes with the data too: a worker catching up on a backlog ticks as replay does
             due = stage.next_tick_ns(job)
-        if out or job not in stage.by_job:
-            self._idle_until = 0
-        else:  # only this job's clock moved: its stage-1 tick may be due sooner
-            self._idle_until = min(self._idle_until, _due_ref(clocks._c[job], due))
+            if now >= due:
+                got.extend(self._guard(job, stage.tick_job, job, now))
+                due = stage.next_tick_ns(job)
+            if got or job not in stage.by_job:
+                self._idle_until = 0
+            else:  # only this job's clock moved: its stage-1 tick may be due sooner
+                self._idle_until = min(self._idle_until, _due_ref(clocks._c[job], due))
+            out.extend(got)
         return self._kept(out) if out else out
 
     def _kept(self, reports: list[dict]) -> list[dict]:

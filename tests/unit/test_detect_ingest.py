@@ -91,6 +91,8 @@ def _heartbeat(at: int, completed: int) -> Message:
 
 
 def test_a_heartbeat_behind_pending_records_is_applied_after_them(settings):
+    from commwatch.streams.detect.comm_stage import HB_WAIT_NS
+
     """Records are older than the heartbeat that follows them: the completion they carry is
     dated by their own message, not by the later heartbeat that repeats it."""
     stage = CommStage(settings)
@@ -104,6 +106,9 @@ def test_a_heartbeat_behind_pending_records_is_applied_after_them(settings):
     st = stage.comms[("j", 0xAB)]
     assert st.pending and st.pending_hb, "the heartbeat waits behind the pending batch"
     stage.tick_job("j", T0 + 3 * S)
+    assert st.pending_hb, "while records flow they carry its progress: it waits up to HB_WAIT_NS"
+    assert T0 + 4 * S >= hb.ts_ns + HB_WAIT_NS
+    stage.tick_job("j", T0 + 4 * S)
     assert not st.pending and not st.pending_hb
     assert st.completed.tolist() == [1, 1]
     assert st.done_adv_ns[0] == T0 + 2 * S  # the records' time: applied first
