@@ -130,3 +130,28 @@ def test_heartbeats_waiting_behind_records_are_bounded(settings):
         if not st.pending:  # flushed: batch again
             stage.feed(calls, decode_message(calls), T0 + 2 * S)
         assert len(st.pending_hb) <= MAX_PENDING_HB
+
+
+def test_a_poll_of_two_jobs_fed_at_once_leaves_what_one_at_a_time_does(settings):
+    """The live comm half hands a whole poll to stage 1 (`Detector.comm_feed`): per job its
+    messages are buffered in order, so after the same ticks each comm holds what feeding
+    them one by one gives: the same counters, the same instance ring."""
+    msgs = sorted([m for job, seed in (("ja", 1), ("jb", 2))
+                   for m in simulate(JobSpec(job=job, tp=2, pp=2, dp=2, duration_s=4, seed=seed)).messages()
+                   if m.topic in (topics.CALLS, topics.PROGRESS)], key=lambda m: m.ts_ns)
+    decoded = decode_messages(msgs)
+    one, poll = Detector(settings), Detector(settings)
+    for m, d in zip(msgs, decoded):
+        one.comm_feed([m], [d], m.ts_ns)
+    for lo in range(0, len(msgs), 64):
+        poll.comm_feed(msgs[lo:lo + 64], decoded[lo:lo + 64], msgs[min(lo + 63, len(msgs) - 1)].ts_ns)
+    end = msgs[-1].ts_ns + 3 * S
+    one.comm_tick(end)
+    poll.comm_tick(end)
+    assert one.stats == poll.stats and sorted(one.comm_stage.comms) == sorted(poll.comm_stage.comms)
+    assert {j for j, _ in poll.comm_stage.comms} == {"ja", "jb"}
+    for key, a in one.comm_stage.comms.items():
+        b = poll.comm_stage.comms[key]
+        assert not a.pending and not b.pending
+        assert a.completed.tolist() == b.completed.tolist() and a.started.tolist() == b.started.tolist()
+        assert np.array_equal(a.tag, b.tag) and np.array_equal(a.en, b.en)
