@@ -1,5 +1,6 @@
 """Medians along an axis at a fraction of numpy's fixed cost (the detectors take many of
-small arrays): `median` without NaN handling, `nanmedian` ignoring NaN."""
+small arrays): `median` without NaN handling, `nanmedian` ignoring NaN, `others_median` per
+member the median of the others."""
 
 from __future__ import annotations
 
@@ -23,3 +24,22 @@ def nanmedian(a: np.ndarray, axis: int) -> np.ndarray:
     lo = np.take_along_axis(srt, np.maximum((k - 1) // 2, 0), axis=axis)
     hi = np.take_along_axis(srt, np.maximum(k // 2, 0) - (k == 0), axis=axis)
     return np.squeeze(np.where(k > 0, (lo + hi) / 2, np.nan), axis=axis)
+
+
+EXACT_OTHERS = 8  # groups up to this size compare a member with the median of the others exactly
+
+
+def others_median(a: np.ndarray) -> np.ndarray:
+    """For each member of `a` (... x members x columns), the median of the other members, per
+    column, ignoring nan (nan where none). Exact for small groups; for larger ones, where one
+    member moves the median by little, the median of all. Leading axes are separate groups."""
+    n = a.shape[-2]
+    if n > EXACT_OTHERS:
+        return np.broadcast_to(np.expand_dims(nanmedian(a, -2), -2), a.shape).copy()
+    if n < 2:
+        return np.full(a.shape, np.nan)
+    return nanmedian(a[..., _OTHERS[n], :], -2)
+
+
+# per group size n: for each member, the indices of the others (n x (n - 1))
+_OTHERS = {n: np.array([[j for j in range(n) if j != i] for i in range(n)]) for n in range(2, EXACT_OTHERS + 1)}

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from commwatch.streams.detect.medians import nanmedian as _nanmedian
+from commwatch.streams.detect.medians import others_median as _others_median
 from commwatch.streams.detect.rank_model import RankModel
 
 FRESH_WINDOWS = 4.0  # a comm's window older than this many of its own intervals (and 5 s) is stale
@@ -50,8 +51,8 @@ HORIZON_WINDOWS = 32
 MIN_BUSY_MS = 1.0  # shorter compute intervals between a comm's calls are call overhead, not compute
 OUTLIER = 3.0  # a class of gaps this many times a rank's typical one spans an iteration's end
 MIN_CLASS_COUNT = 4  # a class of pipeline intervals is compared once it holds this many (early passes vary)
-EXACT_OTHERS = 8  # groups up to this size compare a member with the median of the others exactly
 ECHO_SHARE = 1 / 3  # a slowdown under this share of the largest one in the job is its echo
+STEADY_SHARE = 0.8  # a window in which a rank was slow in this share of the instances is no pause
 SWITCH = 0.8  # a rank is judged in another comm once its intervals there are this much of those where it is
 LINK_FACTOR = 1.5
 LINK_MIN_MS = 1.0
@@ -81,6 +82,7 @@ class CommTiming:
     link_streak: int = 0
     channels: dict = field(default_factory=dict)  # P2P: (receiver, sender) -> [normal ms, ms now, streak, windows]
     memo: dict = field(default_factory=dict)  # what is derived from `busy` and `classes`, till they change
+    steady: dict = field(default_factory=dict)  # newest window: share of instances each rank was slow in
 
     def changed(self) -> None:
         self.memo.clear()
@@ -136,22 +138,6 @@ def _median(xs: list[float]) -> float:
     return float(np.median(xs)) if xs else 0.0
 
 
-def _others_median(a: np.ndarray) -> np.ndarray:
-    """For each member of `a` (... x members x columns), the median of the other members, per
-    column, ignoring nan (nan where none). Exact for small groups; for larger ones, where one
-    member moves the median by little, the median of all. Leading axes are separate groups."""
-    n = a.shape[-2]
-    if n > EXACT_OTHERS:
-        return np.broadcast_to(np.expand_dims(_nanmedian(a, -2), -2), a.shape).copy()
-    if n < 2:
-        return np.full(a.shape, np.nan)
-    return _nanmedian(a[..., _OTHERS[n], :], -2)
-
-
-# per group size n: for each member, the indices of the others (n x (n - 1))
-_OTHERS = {n: np.array([[j for j in range(n) if j != i] for i in range(n)]) for n in range(2, EXACT_OTHERS + 1)}
-
-
 class SlowTracker:
     def __init__(self, slow_impact: float, slow_windows: int, model: str = "river"):
         self.slow_impact = slow_impact
@@ -200,6 +186,7 @@ class SlowTracker:
         if "busy_ms" in rep:
             sums = np.array([np.nan if v is None else v for v in rep["busy_ms"]], float)
             ct.busy.append((rep["ts_ns"], sums, np.asarray(rep["busy_n"], float), share))
+            ct.steady = {r: v for r, v in zip(ct.ranks, rep.get("busy_steady") or ()) if v}
         if "busy_cls_ms" in rep:
             lows = np.array([[np.inf if v is None else v for v in row] for row in rep["busy_cls_ms"]], float)
             ct.classes.append((lows, np.asarray(rep["busy_cls_n"], float)))
@@ -393,7 +380,7 @@ class SlowTracker:
             stamp = ct.ts_ns
             s = short.get(c, {}).get(r)
             verdict = m.update(ratio, stamp, now_ns, held=r in open_ranks, short=s[0] if s else ratio,
-                               start=stamp - int(ct.interval_ns))
+                               start=stamp - int(ct.interval_ns), steady=ct.steady.get(r, 0.0) >= STEADY_SHARE)
             if verdict is None:
                 continue
             out[r] = {"ratio": round(ratio, 3), "slowdown": round(ratio - 1.0, 3), "comm": c,

@@ -27,12 +27,14 @@ import numpy as np
 
 from commwatch.streams.detect.comm_state import RECV_BWD, SEND_FWD, CommState
 from commwatch.streams.detect.medians import median as _median
-from commwatch.streams.detect.medians import nanmedian
+from commwatch.streams.detect.medians import nanmedian, others_median
 
 OFFSET_BLEND = 0.3
 MIN_GAP_NS = 50_000  # shorter gaps between calls are not compute (back-to-back calls)
 MIN_GAPS = 1  # a member's busy figures need this many gaps in the window (stage 2 pools windows)
 OUTLIER = 3.0  # an instance whose gap is over this many times the typical one holds waits, not compute
+STEADY_RATIO = 1.25  # an instance's gap this much over the others' is slow (`busy_steady`) ...
+STEADY_MIN = 6  # ... counted over this many instances of the window at least
 P2P_CLASSES = 16  # P2P compute intervals: the kinds of the calls before and after the gap
 
 
@@ -77,7 +79,7 @@ def window_report(state: CommState, a: int, b: int, now_ns: int) -> dict | None:
         span = float(ce.max() - cs.min())
     span = max(span, 1.0) * kt / k  # mixed windows: the timed instances' share of the span
     inside = (end - start).sum(axis=0) / span
-    busy, nbusy, share = _collective_busy(state, a, b, span)
+    busy, nbusy, share, steady = _collective_busy(state, a, b, span)
     rep.update({
         "span_ns": int(span),
         "lag_ms": _r(lag.mean(axis=0) / 1e6, 3),
@@ -86,19 +88,21 @@ def window_report(state: CommState, a: int, b: int, now_ns: int) -> dict | None:
         "offset_ms": _r(state.offsets / 1e6, 3),
         "xfer_ms": round(float(_median(done - cs.max(axis=1), 0)) / 1e6, 3),
         "bytes": float(_median(state.bytes[rows], 0)),
-        "busy_ms": busy, "busy_n": nbusy, "busy_share": share,
+        "busy_ms": busy, "busy_n": nbusy, "busy_share": share, "busy_steady": steady,
     })
     return rep
 
 
-def _busy_stats(gaps: np.ndarray, valid: np.ndarray, span: float) -> tuple[list, list[int], list[float]]:
+def _busy_stats(gaps: np.ndarray, valid: np.ndarray, span: float) -> tuple[list, list[int], list[float], list]:
     """Per member (columns): the sum of its compute gaps (ms, None without any) and their
     count, leaving out the instances (rows) whose gap is over `OUTLIER` x the typical one, by
     the members' median (a gap that spans an iteration's end holds waits in other comms); and
     the sum of all its valid gaps over `span`. Which instances count is decided for all
     members at once: every member is measured over the same work (a cut per member, at a
     length where gaps of two kinds meet, would take one kind for one member and not for
-    another: a bias of tens of percent between members doing the same work)."""
+    another: a bias of tens of percent between members doing the same work). Last, per
+    member, the share of those instances in which its gap is `STEADY_RATIO` x the others'
+    (None under `STEADY_MIN` of them): a slowdown lengthens every gap, a pause one."""
     with np.errstate(invalid="ignore"):
         row = nanmedian(np.where(valid, gaps, np.nan), 1)
         typical = nanmedian(row, 0) if len(row) else np.nan
@@ -109,10 +113,14 @@ def _busy_stats(gaps: np.ndarray, valid: np.ndarray, span: float) -> tuple[list,
     sums = [round(s / 1e6, 4) if e else None for s, e in zip(sums.tolist(), enough)]
     cnt = [c if e else 0 for c, e in zip(cnt.tolist(), enough)]
     total = np.where(valid, gaps, 0.0).sum(axis=0) / max(span, 1.0)
-    return sums, cnt, _r(np.minimum(total, 1.0))
+    kept = np.where(keep, gaps, np.nan).T  # members x instances
+    with np.errstate(invalid="ignore"):
+        over = (kept >= STEADY_RATIO * others_median(kept)).sum(axis=1)
+    steady = [round(o / c, 3) if c >= STEADY_MIN else None for o, c in zip(over.tolist(), cnt)]
+    return sums, cnt, _r(np.minimum(total, 1.0)), steady
 
 
-def _collective_busy(state: CommState, a: int, b: int, span: float) -> tuple[list, list[int], list[float]]:
+def _collective_busy(state: CommState, a: int, b: int, span: float) -> tuple[list, list[int], list[float], list]:
     """Busy gaps of a collective window: per member, from the end of instance k to its entry
     into k + 1 (its own clock: no skew), for consecutive instances of [a - 1, b) that every
     member completed with real times. Peers do the same work between two instances of a
@@ -122,7 +130,7 @@ def _collective_busy(state: CommState, a: int, b: int, span: float) -> tuple[lis
     ok = (state.tag[rows] == seqs) & state.ok[rows].all(axis=1)
     pair = ok[:-1] & ok[1:]
     if not pair.any():
-        return [None] * state.n, [0] * state.n, [0.0] * state.n
+        return [None] * state.n, [0] * state.n, [0.0] * state.n, [None] * state.n
     r0, r1 = rows[:-1][pair], rows[1:][pair]
     gaps = (state.st[r1] - state.en[r0]).astype(np.float64)
     return _busy_stats(gaps, gaps >= MIN_GAP_NS, span)
