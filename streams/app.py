@@ -130,7 +130,10 @@ class Pipeline:
         self.jobs: set[str] = set()
         self.job_parts: dict[str, set] = {}  # job -> partitions its messages came from
         self.lagging: set = set()  # partitions behind their end (their jobs' clocks do not extrapolate)
-        self.unread = False  # at start-up, a partition not read yet: every job is held
+        # at start-up, a partition not read yet: every job is held (from the start: a poll
+        # may come before the first lag check, and a restarted worker's first poll may hold
+        # one partition's heartbeats and not another's)
+        self.unread = True
         self.health_at: dict[str, int] = {}
         self.newest_ns = 0
         self.started = time.monotonic() - process_age_s()

@@ -66,6 +66,8 @@ def test_each_job_runs_on_its_own_clock_and_nothing_is_judged_before_every_parti
     clocks do not age with the wall clock)."""
     wall = [1_000 * 10**9]
     p = Pipeline(settings, StreamMetrics(), wall_ns=lambda: wall[0])
+    assert p.held("any"), "held from the start, until the first lag check finds every partition read"
+    p.unread = False  # what that check concludes once they are
     fast = [m for m in simulate(JobSpec(job="fast", tp=2, duration_s=1, start_ns=wall[0] + 60 * 10**9)).messages()
             if m.topic == topics.PROGRESS][0]
     slow = [m for m in simulate(JobSpec(job="slow", tp=2, duration_s=1, start_ns=wall[0])).messages()
