@@ -386,7 +386,8 @@ def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None
         """Messages behind the partition end, per assigned partition of `names`, after the
         last processed offset; and whether a partition with messages to read has delivered
         nothing since it was assigned, less than `STARTUP_GRACE_S` ago (at start-up, before
-        every partition is read, no job's detection may conclude from those read first)."""
+        every partition is read, no job's detection may conclude from those read first).
+        Nothing assigned yet counts as unread too."""
         lags, unread = {}, False
         consumer = app.consumer
         mono = time.monotonic()
@@ -406,7 +407,7 @@ def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None
                 lags[tp] = 0
             else:
                 lags[tp] = max(0, high - (last + 1))
-        return lags, unread
+        return lags, unread or not lags  # nothing assigned yet: nothing is known
 
     lag_state = {"at": 0.0}
 
