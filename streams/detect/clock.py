@@ -65,7 +65,7 @@ class JobClocks:
         """`observe` of each stamp in order (one poll's messages of a job): the newest one
         alone when none of them is a jump (what the loop would conclude, at one step)."""
         c = self._c.get(job)
-        top = stamps[0] if len(stamps) == 1 else max(stamps)
+        top = max(stamps)
         if c is not None and top - (c.stamp + max(0, ref - c.ref)) <= MAX_JUMP_NS:
             self.observe(job, top, ref)
             return

@@ -172,9 +172,6 @@ class Detector:
                 job = d.job
             else:
                 job = d["job"]
-            if len(msgs) == 1:  # replay: one message at a time
-                by_job[job] = (msgs, decoded)
-                break
             run = by_job.get(job)
             if run is None:
                 run = by_job[job] = ([], [])
