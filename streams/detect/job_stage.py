@@ -154,8 +154,10 @@ class JobStage:
         is being caught up on, so nothing is concluded (silences, hangs, lost nodes, the job's
         end, slow ranks from a partial view), and what is open stays open."""
         js = self.jobs.get(job)
-        if js is None or now_ns - js.last_tick < TICK_NS:
+        if js is None:
             return []
+        if now_ns - js.last_tick < TICK_NS:
+            return self._fresh_steps(js, now_ns) if js.steps.fresh and not hold and not js.ended_ns else []
         js.last_tick = now_ns
         out: list[dict] = []
         if js.ended_ns:
@@ -413,9 +415,29 @@ class JobStage:
                 id_hint=f"{now_ns}"))
 
     # ------------------------------------------------------------------------------
+    def _fresh_steps(self, js: JobState, now_ns: int) -> list[dict]:
+        """Every rank reported an iteration between ticks: its phases are judged at once, and the
+        slow-rank evaluation runs now if they name a rank not named yet (rather than at the
+        next `SLOW_EVAL_NS`: in a job with 1 s steps, up to half an iteration sooner)."""
+        js.steps.fresh = False
+        held = self._slow_open(js)
+        out: list[dict] = []
+        before = js.steps.judged
+        if not js.world_size:
+            return out
+        verdicts = js.steps.evaluate(now_ns, js.coords, held, js.world_size)
+        if js.steps.judged > before and set(verdicts) - held:
+            js.last_slow_eval = now_ns
+            self._slow(js, now_ns, out)
+        return out
+
+    @staticmethod
+    def _slow_open(js: JobState) -> set[int]:
+        return {inc.culprit_ranks[0] for inc in js.book.of_kind("slow_rank") if inc.culprit_ranks}
+
     def _slow(self, js: JobState, now_ns: int, out: list) -> None:
         hung = set(js.book.open[("hang",)].culprit_ranks) if ("hang",) in js.book.open else set()
-        held = {inc.culprit_ranks[0] for inc in js.book.of_kind("slow_rank") if inc.culprit_ranks}
+        held = self._slow_open(js)
         world = js.world_size or len(self._ranks(js))
         js.slow.step_ns = self.median_step_ns(js)
         in_use = {c: r["members"] for c, r in js.comms.items() if r.get("active")}
@@ -426,7 +448,7 @@ class JobStage:
         for r, ev in js.steps.evaluate(now_ns, js.coords, held).items():
             if r in found:
                 found[r]["phases"] = ev
-            elif js.slow.ratio.get(r, 1.0) < 1 + js.slow.slow_impact:
+            else:
                 found[r] = ev
         loss = js.steps.slowdown()
         clocks = self._sm_clocks(js)

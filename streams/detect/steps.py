@@ -22,7 +22,7 @@ from __future__ import annotations
 import statistics
 from collections import deque
 
-from commwatch.streams.detect.rank_model import RankModel
+from commwatch.streams.detect.rank_model import FAST_RATIO, RankModel
 
 KEEP_ITERATIONS = 8
 RECENT = 3  # the job's current step time: median of the last iterations
@@ -33,6 +33,7 @@ LOCAL_PHASE = "optimizer_ms"  # tensor-parallel peers compute it apart (no TP co
 KEPT_PHASES = PHASES + (LOCAL_PHASE,)
 STRAGGLER_SHARE = 0.1  # a phase in which more ranks than this share are slow holds waits
 PHASE_MIN_SHARE = 0.1  # a phase shorter than this share of the step cannot slow the job (noise)
+UNIFORM = 1.15  # phases stretched alike (largest ratio over smallest at most this): a slower device
 
 
 class StepTracker:
@@ -50,15 +51,19 @@ class StepTracker:
         self.ratio: dict[int, float] = {}
         self.base_s = 0.0
         self.verdicts: dict[int, dict] = {}
+        self.fresh = False
 
     def add(self, msg: dict) -> None:
         it, rank = msg["iteration"], msg["rank"]
+        self.ranks.add(rank)
         if self.judged >= 0 and it <= self.judged:
             return  # late for an iteration already judged
         dur = (msg["t_end_ns"] - msg["t_start_ns"]) / 1e9
         phases = {k: float(v) for k, v in (msg.get("phases") or {}).items() if k in KEPT_PHASES}
-        self.iters.setdefault(it, {})[rank] = (dur, phases, msg["t_end_ns"])
-        self.ranks.add(rank)
+        got = self.iters.setdefault(it, {})
+        got[rank] = (dur, phases, msg["t_end_ns"])
+        if len(got) >= max(2, len(self.ranks)) and it > self.judged:
+            self.fresh = True  # every rank seen reported this iteration: it may be judged now
         self.last_iteration = it if self.last_iteration is None else max(self.last_iteration, it)
         if len(self.iters) > KEEP_ITERATIONS:
             for old in sorted(self.iters)[:-KEEP_ITERATIONS]:
@@ -78,15 +83,21 @@ class StepTracker:
         recent = statistics.median(list(self.durations)[-RECENT:])
         return round(recent / self.base_s - 1.0, 3)
 
-    def evaluate(self, now_ns: int, coords: dict[int, dict], open_ranks: set[int]) -> dict[int, dict]:
-        """Judge every complete iteration not judged yet; returns the ranks slow by their
-        phases now (rank -> evidence)."""
+    def evaluate(self, now_ns: int, coords: dict[int, dict], open_ranks: set[int], world: int = 0) -> dict[int, dict]:
+        """Judge every complete iteration not judged yet: one most ranks reported (of those
+        that report iterations), or an older one when a later is (with `world`, the job's size:
+        only those every rank of it reported, as soon as the last one does); returns the ranks
+        slow by their phases now (rank -> evidence)."""
+        need = max(len(self.ranks), world)
         for it in sorted(self.iters):
             if it <= self.judged:
                 continue
             got = self.iters[it]
-            later = any(i > it and len(v) >= len(self.ranks) * 0.9 for i, v in self.iters.items())
-            if len(got) < max(1, 0.9 * len(self.ranks)) and not later:
+            if world:
+                if len(got) < need:
+                    break
+            elif len(got) < max(1, 0.9 * need) and not any(i > it and len(v) >= 0.9 * need
+                                                          for i, v in self.iters.items()):
                 break
             self._judge(it, got, coords, open_ranks)
             self.judged = it
@@ -114,6 +125,7 @@ class StepTracker:
                 self.base_s += BASE_LEARN * (step - self.base_s)
         verdicts: dict[int, dict] = {}
         self.ratio = {}
+        stretched: dict[int, list[float]] = {}  # per rank, its ratio in each phase it stands out in
         for phase in PHASES:
             vals = {r: p[phase] for r, (_, p, _) in got.items() if p and p.get(phase, 0) > 0}
             if len(vals) < 2:
@@ -154,6 +166,7 @@ class StepTracker:
                         if len(apart) != 1 or r != apart[0]:
                             del ratios[r]
                 for r, (ratio, ref) in ratios.items():
+                    stretched.setdefault(r, []).append(ratio)
                     if ratio > self.ratio.get(r, 0.0):
                         self.ratio[r] = ratio
                         verdicts.setdefault(r, {})["_best"] = (ratio, ref, phase)
@@ -162,7 +175,11 @@ class StepTracker:
             m = self.models.get(r)
             if m is None:
                 m = self.models[r] = RankModel(self.model_kind, self.slow_impact, self.slow_windows)
-            onset = m.update(ratio, self.last_end_ns, self.last_end_ns, held=r in open_ranks)
+            # a slower device stretches every phase by one factor; a pause adds its time to the
+            # phase it falls in: every phase >= FAST_RATIO alike decides in one iteration
+            xs = stretched.get(r, ())
+            steady = len(xs) == len(PHASES) and min(xs) >= FAST_RATIO and max(xs) <= UNIFORM * min(xs)
+            onset = m.update(ratio, self.last_end_ns, self.last_end_ns, held=r in open_ranks, steady=steady)
             if onset is None or it < WARMUP:
                 continue
             ratio, ref, phase = verdicts[r]["_best"]

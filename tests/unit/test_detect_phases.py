@@ -73,3 +73,70 @@ def test_medians_of_the_others_are_what_statistics_gives():
         for _ in range(50):
             v = [rng.choice([rng.random(), 1.0, 2.0, float(rng.randint(0, 5))]) for _ in range(n)]
             assert _medians_of_others(v) == [statistics.median(v[:i] + v[i + 1:]) for i in range(n)]
+
+
+def _first_found(phases_of, iterations=12, world=8):
+    """The iteration at whose evaluation a rank was first named, and who."""
+    coords = {r: {"tp": 0, "pp": 0, "dp": r} for r in range(world)}
+    st = StepTracker(slow_impact=0.2, slow_windows=2, model="numpy")
+    for it in range(iterations):
+        for r in range(world):
+            st.add({"v": 1, "job": "j", "rank": r, "iteration": it, "t_start_ns": it * S, "t_end_ns": (it + 1) * S,
+                    "phases": phases_of(r, it)})
+        found = st.evaluate((it + 1) * S, coords, set())
+        if found:
+            return it, set(found)
+    return None, set()
+
+
+def test_every_phase_stretched_alike_decides_in_one_iteration_a_pause_does_not():
+    # a slower device stretches forward and backward by one factor: the first such iteration decides
+    def slower(r, it):
+        f = 1.6 if r == 5 and it >= 6 else 1.0
+        return {"forward_ms": 300.0 * f, "backward_ms": 500.0 * f}
+
+    assert _first_found(slower) == (6, {5})
+    # a pause lands in one phase: two slow iterations are needed, as before
+    assert _first_found(lambda r, it: {"forward_ms": 480.0 if r == 5 and it >= 6 else 300.0,
+                                       "backward_ms": 500.0}) == (7, {5})
+    # a pause straddling both phases stretches them unequally: not one iteration either
+    assert _first_found(lambda r, it: {"forward_ms": 600.0 if r == 5 and it >= 6 else 300.0,
+                                       "backward_ms": 800.0 if r == 5 and it >= 6 else 500.0}) == (7, {5})
+    # one such iteration alone (a pause) names nobody
+    assert _first_found(lambda r, it: {"forward_ms": 600.0 if r == 5 and it == 6 else 300.0,
+                                       "backward_ms": 800.0 if r == 5 and it == 6 else 500.0}) == (None, set())
+
+
+def test_an_iteration_is_judged_when_its_last_rank_reports_not_at_the_next_evaluation():
+    """Live and replay: the slow rank reports each iteration last; its first iteration slower
+    in every phase alike opens the incident at that report, between the job's ticks."""
+    import json
+
+    from detect_jobs import T0, HandJob
+
+    from commwatch import topics
+    from commwatch.capture import Message
+    from commwatch.settings import Settings
+
+    world = 8
+    j = HandJob(Settings.load(env={}), {0xD0: list(range(world))}, {r: f"n{r // 4}" for r in range(world)})
+    for r in range(world):
+        j.send(Message(topics.TOPOLOGY, "j1", T0, json.dumps({
+            "v": 1, "job": "j1", "ts_ns": T0, "rank": r, "world_size": world, "node": f"n{r // 4}", "local_rank": r % 4,
+            "coords": {"tp": 0, "pp": 0, "dp": r}}).encode()))
+    t, slow_report = T0, None
+    for it in range(10):
+        f = 1.6 if it >= 6 else 1.0
+        end = t + int(0.9 * f * S) + 100 * 1_000_000
+        j.beat(t + S // 2)
+        for r in range(world):  # rank 5 last: the others wait for it in the gradient all-reduce
+            ts = end + (2_000_000 if r == 5 else r * 1000)
+            ph = {"forward_ms": 300.0 * (f if r == 5 else 1.0), "backward_ms": 600.0 * (f if r == 5 else 1.0)}
+            if it == 6 and r == 5:
+                slow_report = ts
+            j.send(Message(topics.STEPS, "j1", ts, json.dumps({
+                "v": 1, "job": "j1", "rank": r, "iteration": it, "t_start_ns": t, "t_end_ns": ts, "phases": ph}).encode()))
+        t = end + 2_000_000
+    slow = j.opened("slow_rank")
+    assert [i["culprit_ranks"] for i in slow] == [[5]]
+    assert slow[0]["ts_ns"] == slow_report and slow[0]["evidence"]["signal"] == "phases"
