@@ -34,6 +34,7 @@ KEPT_PHASES = PHASES + (LOCAL_PHASE,)
 STRAGGLER_SHARE = 0.1  # a phase in which more ranks than this share are slow holds waits
 PHASE_MIN_SHARE = 0.1  # a phase shorter than this share of the step cannot slow the job (noise)
 UNIFORM = 1.15  # phases stretched alike (largest ratio over smallest at most this): a slower device
+ALIKE_MIN_SHARE = 0.02  # ... counting phases down to this share of the step (a short forward too)
 
 
 class StepTracker:
@@ -125,7 +126,7 @@ class StepTracker:
                 self.base_s += BASE_LEARN * (step - self.base_s)
         verdicts: dict[int, dict] = {}
         self.ratio = {}
-        stretched: dict[int, list[float]] = {}  # per rank, its ratio in each phase it stands out in
+        stretched: dict[int, list[float]] = {}  # per rank, its ratio in each phase (>= ALIKE_MIN_SHARE)
         for phase in PHASES:
             vals = {r: p[phase] for r, (_, p, _) in got.items() if p and p.get(phase, 0) > 0}
             if len(vals) < 2:
@@ -142,6 +143,8 @@ class StepTracker:
                     continue  # a rank of the stage has not reported this iteration: who stands out is not known
                 ratios = {}
                 for r, ref in zip(members, _medians_of_others([vals[q] for q in members])):
+                    if ref > 0 and ref >= ALIKE_MIN_SHARE * got[r][0] * 1e3:
+                        stretched.setdefault(r, []).append(vals[r] / ref)
                     if ref > 0 and ref >= PHASE_MIN_SHARE * got[r][0] * 1e3:
                         ratios[r] = (vals[r] / ref, ref)
                 # a straggler stands out alone; a phase in which many ranks are slower holds
@@ -166,7 +169,6 @@ class StepTracker:
                         if len(apart) != 1 or r != apart[0]:
                             del ratios[r]
                 for r, (ratio, ref) in ratios.items():
-                    stretched.setdefault(r, []).append(ratio)
                     if ratio > self.ratio.get(r, 0.0):
                         self.ratio[r] = ratio
                         verdicts.setdefault(r, {})["_best"] = (ratio, ref, phase)
