@@ -140,3 +140,23 @@ def test_an_iteration_is_judged_when_its_last_rank_reports_not_at_the_next_evalu
     slow = j.opened("slow_rank")
     assert [i["culprit_ranks"] for i in slow] == [[5]]
     assert slow[0]["ts_ns"] == slow_report and slow[0]["evidence"]["signal"] == "phases"
+
+
+def test_phases_decide_while_the_collectives_see_the_rank_slow_but_have_not_decided():
+    """A data-parallel job (simulated, scripted fault): rank 6 computes 1.6x slower from 15 s.
+    Its gradient all-reduce is timed, so the collectives see it hot within a window, but
+    need two windows to decide; its first slow iteration's phases decide at once."""
+    from commwatch.decode import decode_messages
+    from commwatch.settings import Settings
+    from commwatch.streams.bench_scenarios import build_sim
+    from commwatch.streams.detect import Detector
+
+    built = build_sim((1, 1, 8), "slow50", 3, 1.0, 30.0)
+    truth = [t for t in built.truth if t["kind"] == "slow_rank"]
+    assert len(truth) == 1
+    det = Detector(Settings.load(env={}))
+    events = det.feed_stream(built.messages, decode_messages(built.messages, 1 << 20))
+    opened = [e for e in events if e["status"] == "open" and e["kind"] == "slow_rank"]
+    assert [e["culprit_ranks"] for e in opened] == [truth[0]["ranks"]]
+    assert opened[0]["evidence"]["signal"] == "phases"
+    assert opened[0]["ts_ns"] - truth[0]["onset_ns"] <= 2.2 * S  # 1.7 s; 3.1 s if the phases waited for the collectives
