@@ -22,7 +22,7 @@ from __future__ import annotations
 import statistics
 from collections import deque
 
-from commwatch.streams.detect.rank_model import FAST_RATIO, RankModel
+from commwatch.streams.detect.rank_model import RankModel
 
 KEEP_ITERATIONS = 8
 RECENT = 3  # the job's current step time: median of the last iterations
@@ -35,6 +35,7 @@ STRAGGLER_SHARE = 0.1  # a phase in which more ranks than this share are slow ho
 PHASE_MIN_SHARE = 0.1  # a phase shorter than this share of the step cannot slow the job (noise)
 UNIFORM = 1.15  # phases stretched alike (largest ratio over smallest at most this): a slower device
 ALIKE_MIN_SHARE = 0.02  # ... counting phases down to this share of the step (a short forward too)
+ALIKE_RATIO = 1.4  # ... each at least this much (and the largest >= FAST_RATIO): one iteration decides
 
 
 class StepTracker:
@@ -178,9 +179,10 @@ class StepTracker:
             if m is None:
                 m = self.models[r] = RankModel(self.model_kind, self.slow_impact, self.slow_windows)
             # a slower device stretches every phase by one factor; a pause adds its time to the
-            # phase it falls in: every phase >= FAST_RATIO alike decides in one iteration
+            # phase it falls in: every phase stretched alike (>= ALIKE_RATIO, the largest >=
+            # FAST_RATIO, which the rank model checks) decides in one iteration
             xs = stretched.get(r, ())
-            steady = len(xs) == len(PHASES) and min(xs) >= FAST_RATIO and max(xs) <= UNIFORM * min(xs)
+            steady = len(xs) == len(PHASES) and min(xs) >= ALIKE_RATIO and max(xs) <= UNIFORM * min(xs)
             onset = m.update(ratio, self.last_end_ns, self.last_end_ns, held=r in open_ranks, steady=steady)
             if onset is None or it < WARMUP:
                 continue

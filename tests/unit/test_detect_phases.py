@@ -96,6 +96,9 @@ def test_every_phase_stretched_alike_decides_in_one_iteration_a_pause_does_not()
         return {"forward_ms": 300.0 * f, "backward_ms": 500.0 * f}
 
     assert _first_found(slower) == (6, {5})
+    # a 1.5x slowdown measured 1.45x in one phase and 1.52x in the other is alike too
+    assert _first_found(lambda r, it: {"forward_ms": 300.0 * (1.45 if r == 5 and it >= 6 else 1.0),
+                                       "backward_ms": 500.0 * (1.52 if r == 5 and it >= 6 else 1.0)}) == (6, {5})
     # a pause lands in one phase: two slow iterations are needed, as before
     assert _first_found(lambda r, it: {"forward_ms": 480.0 if r == 5 and it >= 6 else 300.0,
                                        "backward_ms": 500.0}) == (7, {5})
