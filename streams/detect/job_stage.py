@@ -420,11 +420,10 @@ class JobStage:
         slow-rank evaluation runs now if they name a rank not named yet (rather than at the
         next `SLOW_EVAL_NS`: in a job with 1 s steps, up to half an iteration sooner)."""
         js.steps.fresh = False
-        held = self._slow_open(js)
         out: list[dict] = []
-        before = js.steps.judged
-        if not js.world_size:
+        if not js.world_size:  # the job's size unknown: the next evaluation judges it
             return out
+        held, before = self._slow_open(js), js.steps.judged
         verdicts = js.steps.evaluate(now_ns, js.coords, held, js.world_size)
         if js.steps.judged > before and set(verdicts) - held:
             js.last_slow_eval = now_ns
