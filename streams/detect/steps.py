@@ -136,7 +136,7 @@ class StepTracker:
             for r in vals:
                 groups.setdefault(int(coords.get(r, {}).get("pp", 0)), []).append(r)
             expected: dict[int, int] = {}
-            for r in set(coords) | self.ranks:  # the job's ranks (topology), and any that reported
+            for r in self.ranks:  # the ranks that report iterations (a hook may run on some only)
                 stage = int(coords.get(r, {}).get("pp", 0))
                 expected[stage] = expected.get(stage, 0) + 1
             for stage, members in groups.items():

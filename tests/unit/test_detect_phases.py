@@ -110,9 +110,10 @@ def test_every_phase_stretched_alike_decides_in_one_iteration_a_pause_does_not()
                                        "backward_ms": 800.0 if r == 5 and it == 6 else 500.0}) == (None, set())
 
 
-def test_an_iteration_is_judged_when_its_last_rank_reports_not_at_the_next_evaluation():
-    """Live and replay: the slow rank reports each iteration last; its first iteration slower
-    in every phase alike opens the incident at that report, between the job's ticks."""
+def _steps_job(reporting):
+    """An 8-rank data-parallel job whose ranks in `reporting` send iteration timings, one
+    message at a time (rank 5 last); rank 5 computes 1.6x slower from iteration 6. Returns the
+    opened slow_rank incidents and the time of rank 5's first slow report."""
     import json
 
     from detect_jobs import T0, HandJob
@@ -132,7 +133,7 @@ def test_an_iteration_is_judged_when_its_last_rank_reports_not_at_the_next_evalu
         f = 1.6 if it >= 6 else 1.0
         end = t + int(0.9 * f * S) + 100 * 1_000_000
         j.beat(t + S // 2)
-        for r in range(world):  # rank 5 last: the others wait for it in the gradient all-reduce
+        for r in reporting:  # rank 5 last: the others wait for it in the gradient all-reduce
             ts = end + (2_000_000 if r == 5 else r * 1000)
             ph = {"forward_ms": 300.0 * (f if r == 5 else 1.0), "backward_ms": 600.0 * (f if r == 5 else 1.0)}
             if it == 6 and r == 5:
@@ -140,9 +141,23 @@ def test_an_iteration_is_judged_when_its_last_rank_reports_not_at_the_next_evalu
             j.send(Message(topics.STEPS, "j1", ts, json.dumps({
                 "v": 1, "job": "j1", "rank": r, "iteration": it, "t_start_ns": t, "t_end_ns": ts, "phases": ph}).encode()))
         t = end + 2_000_000
-    slow = j.opened("slow_rank")
+    return j.opened("slow_rank"), slow_report
+
+
+def test_an_iteration_is_judged_when_its_last_rank_reports_not_at_the_next_evaluation():
+    """Live and replay: the slow rank reports each iteration last; its first iteration slower
+    in every phase alike opens the incident at that report, between the job's ticks."""
+    slow, slow_report = _steps_job(range(8))
     assert [i["culprit_ranks"] for i in slow] == [[5]]
     assert slow[0]["ts_ns"] == slow_report and slow[0]["evidence"]["signal"] == "phases"
+
+
+def test_a_job_whose_hook_runs_on_some_ranks_is_judged_at_the_next_evaluation():
+    """Five of eight ranks report iterations: "every rank reported" never comes; the ranks that
+    report are compared at the job's next slow-rank evaluation (every 0.5 s), as before."""
+    slow, slow_report = _steps_job([0, 1, 2, 3, 5])
+    assert [i["culprit_ranks"] for i in slow] == [[5]] and slow[0]["evidence"]["signal"] == "phases"
+    assert slow_report < slow[0]["ts_ns"] <= slow_report + 1_500_000_000
 
 
 def test_phases_decide_while_the_collectives_see_the_rank_slow_but_have_not_decided():
