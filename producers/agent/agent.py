@@ -1,9 +1,11 @@
 """The node agent: local rings -> Kafka (calls, progress, topology, steps, hardware).
 
 One loop, every `agent_flush_s` (0.1 s): read every ring, publish the new records as one
-`cw.calls.v1` batch per (job, communicator). Every `heartbeat_period_s`: a progress
-heartbeat per communicator from what the records showed (contract 2.2), writer liveness,
-new steps and changed placements. Every `hw_period_s`: a hardware sample, from readings
+`cw.calls.v1` batch per (job, communicator) and each new iteration timing (`cw.steps.v1`,
+one message per rank and iteration whenever it is sent: sending at once costs no message
+and lets a straggler be named an iteration sooner). Every `heartbeat_period_s`: a progress
+heartbeat per communicator from what the records showed (contract 2.2), writer liveness
+and changed placements. Every `hw_period_s`: a hardware sample, from readings
 that NVML's own thread took (the loop never waits on NVML). Publishing goes through a
 bounded buffer (`Outbox`), so a Kafka outage costs old data, never a stall.
 
@@ -130,7 +132,11 @@ class Agent:
             metrics.RECORDS.inc(len(recs))
 
     def poll(self) -> None:
-        self._drain(list(self.rings.sources.values()))
+        sources = list(self.rings.sources.values())
+        self._drain(sources)
+        for src in sources:
+            if not src.exited:
+                self._steps(src)
 
     def heartbeat(self, now_ns: int) -> None:
         sources = list(self.rings.sources.values())
@@ -152,7 +158,6 @@ class Agent:
                 continue
             dropped += src.calls.dropped
             self.rings.open_steps(src)
-            self._steps(src)
             if self.rings.read_meta(src):
                 changed.append(src)
         metrics.RINGS_DEAD.set(dead)

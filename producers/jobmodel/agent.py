@@ -1,10 +1,10 @@
 """Node agents: what each node publishes, when, and with which clock (wire spec section 2).
 
 Per node, from a random phase: every `flush_s` one `cw.calls.v1` batch per communicator
-holding the records its ranks wrote since the last flush; every `heartbeat_s` one
-`cw.progress.v1` heartbeat per communicator with a local rank (the progress the records
-showed: highest collective `seq` entered / completed, latest times, send/recv counters),
-the iteration timings (`cw.steps.v1`) written since, and at the first heartbeat each
+holding the records its ranks wrote since the last flush, and the iteration timings
+(`cw.steps.v1`) written since; every `heartbeat_s` one `cw.progress.v1` heartbeat per
+communicator with a local rank (the progress the records showed: highest collective `seq`
+entered / completed, latest times, send/recv counters), and at the first heartbeat each
 rank's placement (`cw.topology.v1`). A rank whose process is gone is reported with
 ``"exited": true`` for 3 heartbeats, then no more. A message's `ts_ns` is the node's clock
 at send time; the true send time orders the capture (what a live consumer receives).
@@ -51,14 +51,15 @@ def node_messages(job: str, layout: Layout, feed: NodeFeed, rng: np.random.Gener
                   flush_s: float, heartbeat_s: float) -> list[Sent]:
     stop = min(end_s, feed.silent_from)
     out: list[Sent] = []
-    if feed.publish_calls:
-        out += _call_batches(job, feed, rng.uniform(0.0, flush_s), flush_s, stop)
+    phase = rng.uniform(0.0, flush_s) if feed.publish_calls else None
+    if phase is not None:
+        out += _call_batches(job, feed, phase, flush_s, stop)
     beats = np.arange(rng.uniform(0.05, heartbeat_s), stop, heartbeat_s)
     if len(beats) == 0:
         return out
     out += _topology(job, layout, feed, beats[0])
     out += _heartbeats(job, layout, feed, beats)
-    out += _steps(job, feed, beats)
+    out += _steps(job, feed, beats[0] % flush_s if phase is None else phase, flush_s, stop)
     return out
 
 
@@ -175,12 +176,13 @@ def _rank_entry(rank: int, tracks, t: float, exited: bool) -> dict:
     return entry
 
 
-def _steps(job: str, feed: NodeFeed, beats: np.ndarray) -> list[Sent]:
+def _steps(job: str, feed: NodeFeed, phase: float, period: float, stop: float) -> list[Sent]:
+    """Each iteration timing at the first flush after it was written (the agent reads the
+    step rings at every flush, as it reads the call rings)."""
     out = []
     for rank in sorted(feed.steps):
         for written, msg in feed.steps[rank]:
-            k = int(np.searchsorted(beats, written))
-            if k < len(beats):
-                t = float(beats[k])
+            t = phase + max(np.ceil((written - phase) / period), 1) * period
+            if t <= stop:
                 out.append(Sent(t, feed.node, Message(topics.STEPS, job, feed.clock.ns(t), messages.dumps(msg))))
     return out

@@ -152,3 +152,39 @@ def test_a_forked_child_does_not_keep_a_dead_writers_lock(tmp_path):
             os.kill(child, 9)
         except ProcessLookupError:
             pass
+
+
+def test_agent_sends_each_iteration_timing_at_its_next_flush_not_its_next_heartbeat(settings, tmp_path):
+    """Step records are read at every flush, as call records are: a straggler's slow iteration
+    reaches the detector within `agent_flush_s`, not up to a heartbeat period later."""
+    from commwatch import messages, topics
+    from commwatch.embedded import free_port
+    from commwatch.producers.agent.agent import Agent
+
+    d = tmp_path / "r"
+    code = ("import sys; from commwatch import ring; "
+            "w = ring.RingWriter(sys.argv[1] + '/0.ring', rank=0, job='j', capacity=8); "
+            "st = ring.RingWriter(sys.argv[1] + '/0.steps', 0, 'j', 16, ring.STEP_MAGIC); "
+            "print('ready', flush=True); sys.stdin.readline(); "
+            "st.write_step(7, 10, 20, forward_ms=2.0); print('done', flush=True); sys.stdin.readline()")
+    writer = subprocess.Popen([sys.executable, "-c", code, str(d / "j")], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)  # alive: it holds its rings' lock
+    s = settings.replace(ring_dir=str(d), kafka_bootstrap=f"127.0.0.1:{free_port()}")
+    agent = Agent(s, s.kafka_bootstrap)
+    name = agent.topics.name(topics.STEPS)
+    put, sent = agent.outbox.put, []
+    agent.outbox.put = lambda t, k, v: (sent.append(messages.decode(topics.STEPS, v)) if t == name else None,
+                                        put(t, k, v))
+    try:
+        assert writer.stdout.readline().strip() == "ready"
+        agent.tick(100.0)  # scan, flush and the first heartbeat
+        writer.stdin.write("\n")
+        writer.stdin.flush()
+        assert writer.stdout.readline().strip() == "done"
+        agent.tick(100.1)  # a flush; the next heartbeat is 0.9 s away
+        at_flush = [m["iteration"] for m in sent]
+    finally:
+        writer.stdin.close()
+        writer.wait(10)
+        agent.close(timeout_s=0.1)
+    assert at_flush == [7]

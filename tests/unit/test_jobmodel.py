@@ -274,6 +274,13 @@ def test_heartbeats_only_publishes_no_calls():
     assert max(e["completed"] for hb in hbs for e in hb["ranks"]) > 10
 
 
+def test_iteration_timings_leave_at_the_agents_next_flush(healthy):
+    """As the node agent does: a step is read with the call rings, at the first flush after
+    it ended (one node, one clock: its send time and its end compare directly)."""
+    late = [(m.ts_ns - json.loads(m.value)["t_end_ns"]) / 1e9 for m in healthy.messages if m.topic == topics.STEPS]
+    assert len(late) >= 8 and min(late) > 0 and max(late) <= healthy.config.flush_s + 1e-3
+
+
 def test_hidden_gradient_reduce_leaves_only_the_loss_all_reduce():
     r = run(tp=1, pp=1, dp=4, probe="blocking", hidden=("grad",), work=jm.Workload(loss_allreduce=True), seed=13,
             duration_s=8.0)
