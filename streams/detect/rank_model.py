@@ -5,7 +5,9 @@ slowdown, and since when: two interchangeable models, chosen by the `slow_model`
   and in each new window; a slow rank once hot over max(`slow_windows`, `MIN_STREAK`) new
   windows in a row and `SLOW_MIN_NS` of event time (a GC pause lasts one or two windows),
   or at once when >= `FAST_RATIO` in two new windows in a row, or in one window in which
-  it was slow in nearly every instance (`steady`: a pause lengthens one gap, not all).
+  it was slow in nearly every instance (`steady`: a pause lengthens one gap, not all), or
+  in one window that the caller's own evidence makes conclusive (`conclusive`: an
+  iteration whose phases are all stretched alike, `steps.py`).
 - `river`: the same evidence, and a Page-Hinkley drift detector (`river.drift.PageHinkley`,
   upward) per rank that learns the rank's normal ratio and flags the onset of a rise as
   soon as it is significant: a rank hot in two new windows with a detected drift is slow
@@ -49,13 +51,15 @@ class RankModel:
         return 1.0 + self.impact
 
     def update(self, ratio: float, stamp: int, now_ns: int, held: bool = False, short: float | None = None,
-               start: int | None = None, steady: bool = False) -> int | None:
+               start: int | None = None, steady: bool = False, conclusive: bool = False) -> int | None:
         """`ratio` over the horizon (steady); `short` over each comm's latest window alone
         (fast but noisy). A slowdown is hot in both; the streak counts new windows in a row
         that are hot alone (a pause lasts one or two of them, however long the horizon
         remembers it). `start`: when the window behind `stamp` began (the onset, if hot).
         `steady`: the rank was slow in nearly every instance of that window, not in one
-        long gap (a pause): a window at >= `FAST_RATIO` decides alone."""
+        long gap (a pause): a window at >= `FAST_RATIO` decides alone. `conclusive`: the
+        caller's own evidence shows that this window alone is a slowdown (every phase of an
+        iteration stretched alike, `steps.py`): it decides at once."""
         short = ratio if short is None else short
         new = stamp != self.last_stamp
         self.last_stamp = stamp
@@ -79,7 +83,8 @@ class RankModel:
             self.streak += 1
             self.fast = self.fast + 1 if short >= FAST_RATIO else 0
         sustained = self.streak >= max(self.windows, MIN_STREAK) and now_ns - self.hot_since >= SLOW_MIN_NS
-        if sustained or self.fast >= 2 or (drift and self.streak >= 2) or (new and steady and self.fast >= 1):
+        if sustained or self.fast >= 2 or (drift and self.streak >= 2) or (new and steady and self.fast >= 1) or (
+                new and conclusive):
             return self.hot_since
         return None
 

@@ -35,7 +35,7 @@ STRAGGLER_SHARE = 0.1  # a phase in which more ranks than this share are slow ho
 PHASE_MIN_SHARE = 0.1  # a phase shorter than this share of the step cannot slow the job (noise)
 UNIFORM = 1.15  # phases stretched alike (largest ratio over smallest at most this): a slower device
 ALIKE_MIN_SHARE = 0.02  # ... counting phases down to this share of the step (a short forward too)
-ALIKE_RATIO = 1.4  # ... each at least this much (and the largest >= FAST_RATIO): one iteration decides
+ALIKE_RATIO = 1.4  # ... each at least this much: one iteration decides
 
 
 class StepTracker:
@@ -157,17 +157,18 @@ class StepTracker:
                 groups_over: dict = {}
                 for r in over:
                     groups_over.setdefault(_tp_group(coords.get(r)) or ("rank", r), []).append(r)
-                if len(groups_over) > max(1, STRAGGLER_SHARE * len(members)):
-                    continue
-                local = None
-                for group in groups_over.values():
+                local = self._local_ratios(got, members) if groups_over else {}
+                apart = {g: [r for r in group if local.get(r, 0.0) >= 1 + self.slow_impact]
+                         for g, group in groups_over.items()}
+                if len(groups_over) > max(1, STRAGGLER_SHARE * len(members)) and not (
+                        all(len(a) == 1 for a in apart.values())
+                        and 2 * len(groups_over) <= len({_tp_group(coords.get(r)) or r for r in members})):
+                    continue  # many slower, and not each shown slow by its own compute (at most half): waits
+                for g, group in groups_over.items():
                     if len(group) < 2:
                         continue
-                    if local is None:
-                        local = self._local_ratios(got, members)
-                    apart = [r for r in group if local.get(r, 0.0) >= 1 + self.slow_impact]
                     for r in group:
-                        if len(apart) != 1 or r != apart[0]:
+                        if len(apart[g]) != 1 or r != apart[g][0]:
                             del ratios[r]
                 for r, (ratio, ref) in ratios.items():
                     if ratio > self.ratio.get(r, 0.0):
@@ -179,11 +180,11 @@ class StepTracker:
             if m is None:
                 m = self.models[r] = RankModel(self.model_kind, self.slow_impact, self.slow_windows)
             # a slower device stretches every phase by one factor; a pause adds its time to the
-            # phase it falls in: every phase stretched alike (>= ALIKE_RATIO, the largest >=
-            # FAST_RATIO, which the rank model checks) decides in one iteration
+            # phase it falls in: every phase stretched alike (each >= ALIKE_RATIO) decides in
+            # one iteration
             xs = stretched.get(r, ())
-            steady = len(xs) == len(PHASES) and min(xs) >= ALIKE_RATIO and max(xs) <= UNIFORM * min(xs)
-            onset = m.update(ratio, self.last_end_ns, self.last_end_ns, held=r in open_ranks, steady=steady)
+            alike = len(xs) == len(PHASES) and min(xs) >= ALIKE_RATIO and max(xs) <= UNIFORM * min(xs)
+            onset = m.update(ratio, self.last_end_ns, self.last_end_ns, held=r in open_ranks, conclusive=alike)
             if onset is None or it < WARMUP:
                 continue
             ratio, ref, phase = verdicts[r]["_best"]

@@ -62,6 +62,24 @@ def test_a_slow_tensor_parallel_group_is_told_apart_by_the_phase_its_members_com
     assert _run(lambda r, it: {**phases(r, it), "optimizer_ms": 60.0 if it >= 4 and r in (4, 5) else 40.0}) == {}
 
 
+def test_two_stragglers_in_one_stage_are_each_told_apart_by_their_own_compute():
+    # ranks 1 and 5 (TP=2: groups {0,1} {2,3} {4,5} {6,7}) are 1.5x slow; each one's TP peer
+    # waits for it inside forward and backward, so 4 ranks in 2 groups are slower there
+    def phases(r, it):
+        slow = it >= 4 and r in (0, 1, 4, 5)
+        return {"forward_ms": 450.0 if slow else 300.0, "backward_ms": 750.0 if slow else 500.0,
+                "optimizer_ms": 60.0 if it >= 4 and r in (1, 5) else 40.0}
+
+    found = _run(phases)
+    assert set(found) == {1, 5}
+    # the optimizer does not tell them apart: the slower groups are waits, nobody is named
+    assert _run(lambda r, it: {**phases(r, it), "optimizer_ms": 40.0}) == {}
+    # three of the four groups slower: more than half the stage, nobody is named
+    assert _run(lambda r, it: {"forward_ms": 450.0 if it >= 4 and r < 6 else 300.0,
+                               "backward_ms": 750.0 if it >= 4 and r < 6 else 500.0,
+                               "optimizer_ms": 60.0 if it >= 4 and r in (1, 3, 5) else 40.0}) == {}
+
+
 def test_medians_of_the_others_are_what_statistics_gives():
     import random
     import statistics
@@ -99,12 +117,18 @@ def test_every_phase_stretched_alike_decides_in_one_iteration_a_pause_does_not()
     # a 1.5x slowdown measured 1.45x in one phase and 1.52x in the other is alike too
     assert _first_found(lambda r, it: {"forward_ms": 300.0 * (1.45 if r == 5 and it >= 6 else 1.0),
                                        "backward_ms": 500.0 * (1.52 if r == 5 and it >= 6 else 1.0)}) == (6, {5})
+    # ... and a 1.5x slowdown measured under 1.5x in both phases (1.46x, 1.49x)
+    assert _first_found(lambda r, it: {"forward_ms": 300.0 * (1.46 if r == 5 and it >= 6 else 1.0),
+                                       "backward_ms": 500.0 * (1.49 if r == 5 and it >= 6 else 1.0)}) == (6, {5})
     # a pause lands in one phase: two slow iterations are needed, as before
     assert _first_found(lambda r, it: {"forward_ms": 480.0 if r == 5 and it >= 6 else 300.0,
                                        "backward_ms": 500.0}) == (7, {5})
     # a pause straddling both phases stretches them unequally: not one iteration either
     assert _first_found(lambda r, it: {"forward_ms": 600.0 if r == 5 and it >= 6 else 300.0,
                                        "backward_ms": 800.0 if r == 5 and it >= 6 else 500.0}) == (7, {5})
+    # two pauses with a normal iteration between them: the normal one resets the streak
+    assert _first_found(lambda r, it: {"forward_ms": {6: 1200.0, 8: 380.0}.get(it, 300.0) if r == 5 else 300.0,
+                                       "backward_ms": 500.0}) == (None, set())
     # one such iteration alone (a pause) names nobody
     assert _first_found(lambda r, it: {"forward_ms": 600.0 if r == 5 and it == 6 else 300.0,
                                        "backward_ms": 800.0 if r == 5 and it == 6 else 500.0}) == (None, set())
