@@ -8,7 +8,9 @@ end, ticks every 0.5 s for a while after. Incidents are scored by `bench_score`:
 culprits, victims and extra P0/P1s count as false, advisories apart.
 
 Printed: per kind expected / hits / false / precision / recall / false P0/P1 per healthy
-job-hour / delay p50, p95 in seconds and iterations; hang figures; P0/P1 on controls;
+job-hour / delay p50, p95 in seconds and iterations (of the job's healthy step time); slow
+ranks also in the iterations the job ran under the fault (its slowed steps: a 2x slowdown
+found at the end of its first slow iteration is 2 healthy iterations, 1 it ran); hang figures; P0/P1 on controls;
 ended jobs; the targets with pass/fail; replay speed in records/s. `--json FILE` writes the
 same (and one entry per scenario); `--save DIR` writes each scenario's capture and truth.
 """
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from commwatch.decode import decode_messages
 from commwatch.settings import Settings
-from commwatch.streams.bench_scenarios import Built, Case, all_cases, records_in
+from commwatch.streams.bench_scenarios import Built, Case, all_cases, fault_steps, records_in
 from commwatch.streams.bench_score import S, score, summarize
 from commwatch.streams.detect import Detector
 from commwatch.wire import WireError
@@ -59,6 +61,7 @@ def healthy_seconds(built: Built) -> float:
 def run_case(case: Case, settings: Settings, save: Path | None) -> dict:
     t0 = time.perf_counter()
     built = case.build()
+    fault_steps(built)
     t1 = time.perf_counter()
     events, refused = feed(built, settings)
     t2 = time.perf_counter()
@@ -197,6 +200,11 @@ def _print(s: dict) -> None:
         print(f"ended jobs: {e['jobs']}, open at end {e['open_at_end']}, resolved {e['resolved']} "
               f"(p95 {_fmt(e['resolve_delay_s_p95'])} s after), events after resolve {e['events_after_resolve']}, "
               f"opened after end {e['opened_after_end']}")
+    ran = [(k, s["kinds"][k]) for k in ("slow_rank", "slow_rank>=50%") if k in s["kinds"]]
+    if ran:
+        print("slow_rank in iterations the job ran under the fault (its slowed steps, not healthy ones): "
+              + "; ".join(f"{k} p50 {_fmt(r['delay_run_it_p50'])}, p95 {_fmt(r['delay_run_it_p95'])} "
+                          f"({r['run_iters']} with iteration timings)" for k, r in ran))
     print("targets:")
     for t in s["targets"]:
         mark = "n/a " if t["value"] is None else "pass" if t["pass"] else "FAIL"

@@ -67,6 +67,27 @@ def records_in(msgs: list[Message]) -> int:
     return sum(wire.decode_header(m.value) for m in msgs if m.topic == topics.CALLS)
 
 
+def fault_steps(built: Built) -> None:
+    """Per slow-rank truth, the job's step time as it ran under the fault (`run_step_s`: the
+    median duration of the slow ranks' iterations that began at or after its onset, from
+    their `cw.steps.v1`): a delay in iterations the job actually ran, which a slowdown
+    lengthens. Left out where the capture has no iteration timings."""
+    slow = [t for t in built.truth if t["kind"] == "slow_rank" and t.get("expect_incident")]
+    if not slow:
+        return
+    import json
+
+    steps: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for m in built.messages:
+        if m.topic == topics.STEPS:
+            d = json.loads(m.value)
+            steps.setdefault((d["job"], d["rank"]), []).append((d["t_start_ns"], d["t_end_ns"]))
+    for t in slow:
+        durs = sorted(b - a for r in t["ranks"] for a, b in steps.get((t["job"], r), ()) if a >= t["onset_ns"])
+        if durs:
+            t["run_step_s"] = durs[len(durs) // 2] / S
+
+
 # --- the project's simulator ---------------------------------------------------------------------
 # (tp, pp, dp): 8 .. 4096 ranks, TP 1-8, PP 1-16, DP 1-64
 SIM_SMALL = [(1, 1, 8), (2, 2, 2), (8, 1, 2), (2, 2, 4), (1, 4, 8), (4, 2, 4), (8, 2, 4), (2, 4, 8), (1, 1, 64),

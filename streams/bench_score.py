@@ -140,6 +140,8 @@ def _truth_row(t: dict, hit, jobs: dict, hang_floor_s: float, incs: list[Inciden
         d = (hit.opened_ns - t["onset_ns"]) / S
         row["delay_s"] = round(d, 3)
         row["delay_it"] = round(d / step, 3) if step and math.isfinite(step) else None
+        if t.get("run_step_s"):
+            row["delay_run_it"] = round(d / t["run_step_s"], 3)
         if t["kind"] in ("hang", "comm_hang"):
             thr = hit.threshold_s if hit.threshold_s is not None else hang_floor_s
             row["threshold_s"] = thr
@@ -234,7 +236,7 @@ def summarize(results: list[dict], healthy_hours: float) -> dict:
 
     def row(kind: str) -> dict:
         return rows.setdefault(kind, {"expected": 0, "hits": 0, "false": 0, "false_p0_p1": 0, "delays": [],
-                                      "iters": []})
+                                      "iters": [], "run_iters": []})
 
     for res in results:
         for t in res["truths"]:
@@ -249,6 +251,8 @@ def summarize(results: list[dict], healthy_hours: float) -> dict:
                     r["delays"].append(t["delay_s"])
                     if t["delay_it"] is not None:
                         r["iters"].append(t["delay_it"])
+                    if t.get("delay_run_it") is not None:
+                        r["run_iters"].append(t["delay_run_it"])
         for f in res["false"]:
             r = row(f["kind"])
             r["false"] += 1
@@ -263,7 +267,9 @@ def summarize(results: list[dict], healthy_hours: float) -> dict:
                     "false_p0_p1_per_healthy_job_hour": round(r["false_p0_p1"] / healthy_hours, 2)
                     if healthy_hours else None,
                     "delay_s_p50": _pct(r["delays"], 50), "delay_s_p95": _pct(r["delays"], 95),
-                    "delay_it_p50": _pct(r["iters"], 50), "delay_it_p95": _pct(r["iters"], 95)}
+                    "delay_it_p50": _pct(r["iters"], 50), "delay_it_p95": _pct(r["iters"], 95),
+                    "run_iters": len(r["run_iters"]),
+                    "delay_run_it_p50": _pct(r["run_iters"], 50), "delay_run_it_p95": _pct(r["run_iters"], 95)}
     hangs = [t for res in results for t in res["truths"] if t["kind"] == "hang"]
     over = [t["over_threshold_s"] for t in hangs if t["hit"]]
     by_mode: dict[str, list[int]] = {}

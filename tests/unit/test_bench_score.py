@@ -126,3 +126,25 @@ def test_bench_detect_runs_a_scenario_through_the_detector(tmp_path, capsys):
     caps = sorted(p.name for p in (tmp_path / "caps").iterdir())
     assert caps == ["jm_hang-blocking-1x1x8.alerts.jsonl", "jm_hang-blocking-1x1x8.cwcap",
                     "jm_hang-blocking-1x1x8.truth.json"]
+
+
+def test_a_slow_ranks_delay_counts_the_iterations_the_job_ran_under_the_fault():
+    # healthy steps of 2 s; from onset (20 s) rank 5's steps take 3 s: named 6 s after onset is
+    # 3 healthy iterations but 2 of those the job ran
+    from commwatch import messages, topics
+    from commwatch.capture import Message
+    from commwatch.streams.bench_scenarios import Built, fault_steps
+
+    def step(it, start_s, dur_s):
+        msg = {"v": 1, "job": "b", "rank": 5, "iteration": it, "t_start_ns": T0 + round(start_s * S),
+               "t_end_ns": T0 + round((start_s + dur_s) * S)}
+        return Message(topics.STEPS, "b", msg["t_end_ns"], messages.dumps(msg))
+
+    t = truth("b", "slow_rank", [5], 20.0, factor=1.5)
+    built = Built([step(i, 2.0 * i, 2.0) for i in range(10)] + [step(10 + i, 20.0 + 3.0 * i, 3.0) for i in range(5)],
+                  [t], {"b": info()})
+    fault_steps(built)
+    assert t["run_step_s"] == 3.0
+    (row,) = score([ev("b", "b-1", "slow_rank", "P2", T0 + 26 * S, ranks=[5])], [t], {"b": info()},
+                   hang_floor_s=5.0)["truths"]
+    assert row["delay_it"] == 3.0 and row["delay_run_it"] == 2.0
