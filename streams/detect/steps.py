@@ -185,7 +185,8 @@ class StepTracker:
             xs = stretched.get(r, ())
             alike = len(xs) == len(PHASES) and min(xs) >= ALIKE_RATIO and max(xs) <= UNIFORM * min(xs)
             onset = m.update(ratio, self.last_end_ns, self.last_end_ns, held=r in open_ranks, conclusive=alike)
-            if onset is None or it < WARMUP:
+            if onset is None or len(self.durations) <= WARMUP:  # the first iterations seen (a job resumed
+                # from a checkpoint starts at its iteration, and warms up all the same)
                 continue
             ratio, ref, phase = verdicts[r]["_best"]
             step_ms = got[r][0] * 1e3

@@ -62,6 +62,22 @@ def test_a_slow_tensor_parallel_group_is_told_apart_by_the_phase_its_members_com
     assert _run(lambda r, it: {**phases(r, it), "optimizer_ms": 60.0 if it >= 4 and r in (4, 5) else 40.0}) == {}
 
 
+def test_a_job_resumed_from_a_checkpoint_warms_up_too():
+    # iterations numbered from 5000: rank 5's first two are 2x slow in every phase (a cold
+    # data loader, compilation), then it is like the others: nobody is named
+    coords = {r: {"tp": 0, "pp": 0, "dp": r} for r in range(8)}
+    st = StepTracker(slow_impact=0.2, slow_windows=2, model="numpy")
+    found = {}
+    for k in range(8):
+        it = 5000 + k
+        for r in range(8):
+            f = 2.0 if r == 5 and k < 2 else 1.0
+            st.add({"v": 1, "job": "j", "rank": r, "iteration": it, "t_start_ns": k * S, "t_end_ns": (k + 1) * S,
+                    "phases": {"forward_ms": 300.0 * f, "backward_ms": 500.0 * f}})
+        found.update(st.evaluate((k + 1) * S, coords, set()))
+    assert found == {}
+
+
 def test_two_stragglers_in_one_stage_are_each_told_apart_by_their_own_compute():
     # ranks 1 and 5 (TP=2: groups {0,1} {2,3} {4,5} {6,7}) are 1.5x slow; each one's TP peer
     # waits for it inside forward and backward, so 4 ranks in 2 groups are slower there
