@@ -19,7 +19,9 @@ hardware). Time is the job's own event time handed in (`now_of(job)`).
   per culprit; a pipeline stage slower than the others from the start is one P3 advisory
   (`slow_rank` with no culprit rank, `evidence.advisory = "stage_imbalance"`), and a job
   slower than its own baseline with no culprit one P3 (`evidence.job_slowdown`).
-- `slow_link`, `hw_fault` (XID / ECC deltas, SM clock far below the job's, a GPU that stops
+- `slow_link` (P2 naming the nodes of the link; P3 naming no node when the slow comms all
+  span the same nodes and nothing tells their links apart, unless the nodes' InfiniBand
+  symbol errors rose lately on one or two of them: those are named), `hw_fault` (XID / ECC deltas, SM clock far below the job's, a GPU that stops
   answering NVML, a completion path stuck while the job still progresses).
 - A job whose ranks all exited (agents say so), or that sends nothing for `JOB_SILENT_NS`,
   ends: its open incidents resolve with `evidence.resolved_reason` and nothing repeats.
@@ -49,6 +51,7 @@ STUCK_HW_NS = 30_000_000_000  # a stuck completion path while the job progresses
 JOB_SILENT_NS = 60_000_000_000  # no message at all from a job this long (at most `state_idle_s`): it ended
 JOB_SLOWDOWN = 0.2  # step time this much above the job's baseline with no culprit ...
 JOB_SLOWDOWN_HOLD_NS = 20_000_000_000  # ... for this long: a P3
+IB_ERRORS_RECENT_NS = 60_000_000_000  # a node whose IB symbol errors rose this recently is a slow link's suspect
 DATA_REPORTS = ("node", "window", "p2p_window")  # reports that only data (heartbeats, calls) cause
 
 
@@ -68,6 +71,7 @@ class JobState:
     members: dict[str, set] = field(default_factory=dict)
     hw: dict[tuple[str, int], dict] = field(default_factory=dict)
     hw_since: dict[tuple[str, int], int] = field(default_factory=dict)
+    ib_errors: dict[str, list[int]] = field(default_factory=dict)  # node -> [symbol errors, when they last rose]
     last_tick: int = 0
     last_slow_eval: int = 0
     last_msg_ns: int = 0
@@ -140,7 +144,20 @@ class JobStage:
             js.steps.add(decoded)
         elif msg.topic == topics.HW:
             js.hw[(decoded["node"], decoded.get("rank", -1))] = decoded
+            if decoded.get("ib"):
+                self._ib(js, decoded["node"], decoded["ib"], now_ns)
         return []
+
+    @staticmethod
+    def _ib(js: JobState, node: str, ib: dict, now_ns: int) -> None:
+        """A node's InfiniBand symbol errors (summed over its HCAs, counters that only grow):
+        when they last rose. The first sample is the baseline (errors from before say nothing)."""
+        total = sum(int(c.get("symbol_errors", 0)) for c in ib.values())
+        seen = js.ib_errors.get(node)
+        if seen is None:
+            js.ib_errors[node] = [total, 0]
+        elif total != seen[0]:
+            seen[:] = [total, now_ns if total > seen[0] else seen[1]]  # lower: the counters were reset
 
     # ------------------------------------------------------------------------------
     def tick(self, now_of: Callable[[str], int]) -> list[dict]:
@@ -500,12 +517,19 @@ class JobStage:
                           "baseline_step_s": round(js.steps.base_s, 3)},
                 id_hint=f"{now_ns}"))
         links, nodes = js.slow.slow_links(now_ns, set(found), js.node_of)
+        evidence: dict = {"comms": links[:16]}
+        summary = f"transfers slow on {len(links)} comm(s) spanning {', '.join(nodes)}; no rank is slow"
+        erring = [n for n in nodes if now_ns - js.ib_errors.get(n, (0, -IB_ERRORS_RECENT_NS))[1] < IB_ERRORS_RECENT_NS]
+        if links and len(nodes) > 2 and 1 <= len(erring) <= 2:  # the nodes' link counters tell which link
+            evidence.update(candidate_nodes=nodes, ib_symbol_errors={n: js.ib_errors[n][0] for n in erring})
+            summary = (f"transfers slow on {len(links)} comm(s) spanning {len(nodes)} nodes; no rank is slow, "
+                       f"and InfiniBand symbol errors rose on {', '.join(erring)} only")
+            nodes = erring
         if links and len(nodes) <= 2:
             out.extend(js.book.assert_(
                 ("slow_link", tuple(nodes)), now_ns, kind="slow_link", severity="P2", culprit_ranks=[],
-                culprit_nodes=nodes, comm=links[0]["comm"],
-                summary=f"transfers slow on {len(links)} comm(s) spanning {', '.join(nodes)}; no rank is slow",
-                evidence={"comms": links[:16]}, id_hint=f"{'-'.join(nodes)}-{now_ns}"))
+                culprit_nodes=nodes, comm=links[0]["comm"], summary=summary, evidence=evidence,
+                id_hint=f"{'-'.join(nodes)}-{now_ns}"))
         elif links:  # every slow comm spans the same nodes: which of their links is slow is not known
             out.extend(js.book.assert_(
                 ("slow_link", tuple(nodes)), now_ns, kind="slow_link", severity="P3", culprit_ranks=[],

@@ -109,6 +109,42 @@ def test_a_slow_link_no_comm_can_place_is_an_advisory_naming_no_node(settings):
     assert inc["evidence"]["candidate_nodes"] == ["n0", "n1", "n2"]
 
 
+def _ring_with_link_counters(settings, rising: tuple[str, ...]):
+    """The ring of the test above, and each node's InfiniBand counters every iteration, as the
+    node agent sends them (`cw.hw.v1`, node level; scripted): n0 had errors long before, and
+    the `rising` nodes' symbol errors grow while the ring is slow."""
+    nodes = {0: "n0", 1: "n1", 2: "n2"}
+    ring = 0xC4
+    j = HandJob(settings, {ring: [0, 1, 2]}, nodes)
+    errors = {"n0": 7, "n1": 0, "n2": 0}
+
+    def counters():
+        for node in ("n0", "n1", "n2"):
+            msg = {"v": 1, "job": j.job, "node": node, "ts_ns": j.now,
+                   "ib": {"mlx5_0": {"tx_bytes": 10**9, "rx_bytes": 10**9, "symbol_errors": errors[node]}}}
+            j.send(Message(topics.HW, j.job, j.now, json.dumps(msg).encode()))
+
+    for _ in range(6):
+        steps(j, 1)
+        counters()
+    for _ in range(8):
+        steps(j, 1, xfer={ring: 30 * MS})
+        for node in rising:
+            errors[node] += 40
+        counters()
+    return j
+
+
+def test_a_slow_ring_is_placed_on_the_nodes_whose_link_counters_show_errors(settings):
+    (inc,) = _ring_with_link_counters(settings, ("n1", "n2")).opened()
+    assert (inc["kind"], inc["severity"], inc["culprit_nodes"]) == ("slow_link", "P2", ["n1", "n2"])
+    assert inc["evidence"]["candidate_nodes"] == ["n0", "n1", "n2"]
+    assert set(inc["evidence"]["ib_symbol_errors"]) == {"n1", "n2"}
+    # errors on every node of the ring tell nothing apart: the advisory, as without counters
+    (inc,) = _ring_with_link_counters(settings, ("n0", "n1", "n2")).opened()
+    assert (inc["severity"], inc["culprit_nodes"]) == ("P3", [])
+
+
 def test_back_to_back_calls_do_not_hide_the_slow_rank(settings):
     # data parallel calls run back to back (fractions of a millisecond apart: call overhead,
     # noise); the compute lies between the pair comm's calls, where rank 2 is 150 ms slower
