@@ -21,8 +21,9 @@ hardware). Time is the job's own event time handed in (`now_of(job)`).
   slower than its own baseline with no culprit one P3 (`evidence.job_slowdown`).
 - `slow_link` (P2 naming the nodes of the link; P3 naming no node when the slow comms all
   span the same nodes and nothing tells their links apart, unless the nodes' InfiniBand
-  symbol errors rose lately on one or two of them: those are named), `hw_fault` (XID / ECC deltas, SM clock far below the job's, a GPU that stops
-  answering NVML, a completion path stuck while the job still progresses).
+  symbol errors rose lately on one or two of them: those are named).
+- `hw_fault` (XID / ECC deltas, SM clock far below the job's, a GPU that stops answering
+  NVML, a completion path stuck while the job still progresses).
 - A job whose ranks all exited (agents say so), or that sends nothing for `JOB_SILENT_NS`,
   ends: its open incidents resolve with `evidence.resolved_reason` and nothing repeats.
 """
@@ -517,20 +518,25 @@ class JobStage:
                           "baseline_step_s": round(js.steps.base_s, 3)},
                 id_hint=f"{now_ns}"))
         links, nodes = js.slow.slow_links(now_ns, set(found), js.node_of)
+        if links:
+            self._slow_link(js, links, nodes, now_ns, out)
+
+    @staticmethod
+    def _slow_link(js: JobState, links: list[dict], nodes: list[str], now_ns: int, out: list) -> None:
         evidence: dict = {"comms": links[:16]}
         summary = f"transfers slow on {len(links)} comm(s) spanning {', '.join(nodes)}; no rank is slow"
         erring = [n for n in nodes if now_ns - js.ib_errors.get(n, (0, -IB_ERRORS_RECENT_NS))[1] < IB_ERRORS_RECENT_NS]
-        if links and len(nodes) > 2 and 1 <= len(erring) <= 2:  # the nodes' link counters tell which link
+        if len(nodes) > 2 and 1 <= len(erring) <= 2:  # the nodes' link counters tell which link
             evidence.update(candidate_nodes=nodes, ib_symbol_errors={n: js.ib_errors[n][0] for n in erring})
             summary = (f"transfers slow on {len(links)} comm(s) spanning {len(nodes)} nodes; no rank is slow, "
                        f"and InfiniBand symbol errors rose on {', '.join(erring)} only")
             nodes = erring
-        if links and len(nodes) <= 2:
+        if len(nodes) <= 2:
             out.extend(js.book.assert_(
                 ("slow_link", tuple(nodes)), now_ns, kind="slow_link", severity="P2", culprit_ranks=[],
                 culprit_nodes=nodes, comm=links[0]["comm"], summary=summary, evidence=evidence,
                 id_hint=f"{'-'.join(nodes)}-{now_ns}"))
-        elif links:  # every slow comm spans the same nodes: which of their links is slow is not known
+        else:  # every slow comm spans the same nodes: which of their links is slow is not known
             out.extend(js.book.assert_(
                 ("slow_link", tuple(nodes)), now_ns, kind="slow_link", severity="P3", culprit_ranks=[],
                 culprit_nodes=[], comm=links[0]["comm"],
