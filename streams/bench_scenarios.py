@@ -28,7 +28,7 @@ from typing import Callable
 
 import numpy as np
 
-from commwatch import topics, wire
+from commwatch import messages, topics, wire
 from commwatch.capture import Message
 
 S = 1_000_000_000
@@ -75,12 +75,10 @@ def fault_steps(built: Built) -> None:
     slow = [t for t in built.truth if t["kind"] == "slow_rank" and t.get("expect_incident")]
     if not slow:
         return
-    import json
-
     steps: dict[tuple[str, int], list[tuple[int, int]]] = {}
     for m in built.messages:
         if m.topic == topics.STEPS:
-            d = json.loads(m.value)
+            d = messages.decode(topics.STEPS, m.value)
             steps.setdefault((d["job"], d["rank"]), []).append((d["t_start_ns"], d["t_end_ns"]))
     for t in slow:
         durs = sorted(b - a for r in t["ranks"] for a, b in steps.get((t["job"], r), ()) if a >= t["onset_ns"])
