@@ -70,10 +70,14 @@ def snapshot(js, now_ns: int, drops: dict[str, int] | None = None) -> dict:
     chain = None
     an = js.analysis
     hung = any(i["kind"] in ("hang", "comm_hang") for i in incidents)
-    if an is not None and (an.roots or an.comm_roots) and hung:
+    named = [sorted(i["culprit_ranks"]) for i in incidents if i["kind"] == "hang"]
+    # the chain shown explains the open hang: an analysis naming other roots (a comm's input
+    # briefly behind on a loaded worker) does not replace the last chain that matched it
+    agrees = an is not None and (not named or sorted(an.roots) in named or js.chain is None)
+    if agrees and (an.roots or an.comm_roots) and hung:
         chain = js.chain = {"roots": sorted(an.roots), "edges": an.edges[:MAX_EDGES],
                             "blocked_comms": sorted({x.comm for x in an.blocked})[:MAX_COMMS], "ts_ns": int(now_ns)}
-    elif hung:  # this tick's analysis has no root (a comm's input behind): the last one seen, with its time
+    elif hung:  # this tick's analysis has no root, or others (a comm's input behind): the last one seen, with its time
         chain = js.chain
     else:
         js.chain = None

@@ -138,7 +138,14 @@ def test_host_enqueue_hang_is_one_p0_naming_the_root_not_the_calls_queued_behind
     assert health["state"] == "hang" and health["wait_chain"]["roots"] == [1]
     # a tick whose analysis finds no root while the hang is open (a comm's input behind; a live
     # page test on a loaded machine showed no chain then): the page keeps the last chain found
-    s.det.job_stage.jobs["j"].analysis = None
+    js = s.det.job_stage.jobs["j"]
+    an = js.analysis
+    js.analysis = None
+    kept = s.det.health("j")["wait_chain"]
+    assert kept["roots"] == [1] and kept["ts_ns"] == health["wait_chain"]["ts_ns"]
+    # ... and one naming another root than the open hang's (a victim, on an input briefly behind)
+    an.roots = {0: an.roots[1]}
+    js.analysis = an
     kept = s.det.health("j")["wait_chain"]
     assert kept["roots"] == [1] and kept["ts_ns"] == health["wait_chain"]["ts_ns"]
 
