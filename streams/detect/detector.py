@@ -96,6 +96,8 @@ class Detector:
         ref = msg.ts_ns if ref_ns is None else ref_ns
         if ref > self.ref_ns:
             self.ref_ns = ref
+        if type(decoded) is CallBatch:
+            return self._local(self.comm_feed_one(msg, decoded, self.ref_ns))
         if msg.topic in COMM_TOPICS:
             return self._local(self.comm_feed([msg], [decoded], self.ref_ns))
         return self.job_feed(msg, decoded, self.ref_ns)
@@ -178,23 +180,42 @@ class Detector:
             run[0].append(msg)
             run[1].append(d)
         self.stats["records"] += records
-        clocks, stage = self.comm_clocks, self.comm_stage
         out: list[dict] = []
         for job, (ms, ds) in by_job.items():
-            clocks.observe_many(job, [m.ts_ns for m in ms], ref_ns)
-            now = clocks.now(job, ref_ns)
-            got = self._guard(job, stage.feed_many, ms, ds, now)
-            # time passes with the data too: a worker catching up on a backlog ticks as replay does
-            due = stage.next_tick_ns(job)
-            if now >= due:
-                got.extend(self._guard(job, stage.tick_job, job, now))
-                due = stage.next_tick_ns(job)
-            if got or job not in stage.by_job:
-                self._idle_until = 0
-            else:  # only this job's clock moved: its stage-1 tick may be due sooner
-                self._idle_until = min(self._idle_until, _due_ref(clocks._c[job], due))
-            out.extend(got)
+            self.comm_clocks.observe_many(job, [m.ts_ns for m in ms], ref_ns)
+            got = self._comm_job(job, self.comm_stage.feed_many, (ms, ds), ref_ns)
+            if got:
+                out.extend(got)
         return self._kept(out) if out else out
+
+    def comm_feed_one(self, msg: Message, batch: CallBatch, ref_ns: int) -> list[dict]:
+        """`comm_feed` of one call batch (replay's path, message by message: the same steps
+        without grouping a poll by job)."""
+        self.stats["messages"] += 1
+        self.stats["records"] += batch.count
+        self.comm_clocks.observe(batch.job, msg.ts_ns, ref_ns)
+        out = self._comm_job(batch.job, self._feed_batch, (msg, batch), ref_ns)
+        return self._kept(out) if out else out
+
+    def _feed_batch(self, msg: Message, batch: CallBatch, now: int) -> list[dict]:
+        return self.comm_stage.feed_calls(batch, now, msg.ts_ns if msg.ts_ns < now else now)
+
+    def _comm_job(self, job: str, feed, args: tuple, ref_ns: int) -> list[dict]:
+        """One job's messages into stage 1 at its now (its clock has observed them), then its
+        tick if due; keeps `_idle_until` right."""
+        clocks, stage = self.comm_clocks, self.comm_stage
+        now = clocks.now(job, ref_ns)
+        got = self._guard(job, feed, *args, now)
+        # time passes with the data too: a worker catching up on a backlog ticks as replay does
+        due = stage.next_tick_ns(job)
+        if now >= due:
+            got.extend(self._guard(job, stage.tick_job, job, now))
+            due = stage.next_tick_ns(job)
+        if got or job not in stage.by_job:
+            self._idle_until = 0
+        else:  # only this job's clock moved: its stage-1 tick may be due sooner
+            self._idle_until = min(self._idle_until, _due_ref(clocks._c[job], due))
+        return got
 
     def _kept(self, reports: list[dict]) -> list[dict]:
         """Reports pass through; timed windows are also kept for `window_stats()`."""

@@ -155,3 +155,32 @@ def test_a_poll_of_two_jobs_fed_at_once_leaves_what_one_at_a_time_does(settings)
         assert not a.pending and not b.pending
         assert a.completed.tolist() == b.completed.tolist() and a.started.tolist() == b.started.tolist()
         assert np.array_equal(a.tag, b.tag) and np.array_equal(a.en, b.en)
+
+
+def test_replay_one_batch_at_a_time_gives_what_the_poll_path_gives(settings):
+    """Replay feeds a call batch through `Detector.comm_feed_one` (no grouping of a poll by
+    job); the live comm half through `comm_feed`. Message by message, both give the same
+    incidents, the same stage-1 reports and the same window rows."""
+    faults = [parse_fault("slow:rank=5,factor=1.6,at=4s"), parse_fault("hang:rank=2,at=14s")]
+    msgs = list(simulate(JobSpec(job="j", tp=2, pp=2, dp=2, duration_s=20), faults).messages())
+    decoded = decode_messages(msgs)
+    fast, poll = Detector(settings), Detector(settings)
+    reports: dict[int, list] = {id(fast): [], id(poll): []}
+    for det in (fast, poll):
+        feed_report = det.job_feed_report
+        det.job_feed_report = lambda rep, ref, f=feed_report, out=reports[id(det)]: out.append(rep) or f(rep, ref)
+    got = fast.feed_stream(msgs, decoded)
+    want = []
+    for m, d in zip(msgs, decoded):
+        if m.topic in (topics.CALLS, topics.PROGRESS):
+            for rep in poll.comm_feed([m], [d], m.ts_ns):
+                want += poll.job_feed_report(rep, m.ts_ns)
+        else:
+            want += poll.job_feed(m, d, m.ts_ns)
+        want += poll.tick(m.ts_ns)
+    assert fast.stats["records"] > 0
+    assert {(e["kind"], e["status"]) for e in want} >= {("hang", "open"), ("slow_rank", "open")}
+    assert got == want
+    assert reports[id(fast)] == reports[id(poll)] and len(reports[id(fast)]) > 100
+    assert fast.window_stats() == poll.window_stats()
+    assert fast.stats == poll.stats
