@@ -350,7 +350,7 @@ class CommState:
         erow = seq % self.rows
         fresh = seq > self.etag[erow]
         if fresh.any():
-            fr = np.unique(erow[fresh])
+            fr = erow[fresh]
             self.et[fr] = 0
             self.ereal[fr] = False
         self.etag[erow] = np.maximum(self.etag[erow], seq)
@@ -362,17 +362,14 @@ class CommState:
             _, first = np.unique(er * max(self.n, 1) + es, return_index=True)  # a batch may hold a call twice
             er, es, t0 = er[first], es[first], c["t_start_ns"][cur][first]
             self.et[er, es] = np.where(self.et[er, es] == 0, t0, self.et[er, es])
-        ls, lseq = _last_per_key(slot, seq)
-        self.started[ls] = np.maximum(self.started[ls], lseq)
+        np.maximum.at(self.started, slot, seq)
         old_d = self.d_max
         if done.any():
             ds, dseq = slot[done], seq[done]
             newer = dseq > self.completed[ds]
             if newer.any():
-                ks, kt = _last_per_key(ds[newer], ts[done][newer])
-                self.done_adv_ns[ks] = np.maximum(self.done_adv_ns[ks], kt)
-            ks, kq = _last_per_key(ds, dseq)
-            self.completed[ks] = np.maximum(self.completed[ks], kq)
+                np.maximum.at(self.done_adv_ns, ds[newer], ts[done][newer])
+            np.maximum.at(self.completed, ds, dseq)
             if observed.any():
                 self.ever_done[slot[observed]] = True
         beyond = seq > max(old_d, int(self.completed.max()) if self.n else -1)
@@ -386,16 +383,14 @@ class CommState:
         self.max_seq = max(self.max_seq, int(seq.max()))
         if self.frontier < 0:
             self.frontier = self.win_start = int(seq.min())
-        useq = np.unique(seq)
-        row_u = useq % self.rows
-        fresh = useq > self.tag[row_u]
-        if fresh.any():
-            fr = row_u[fresh]
-            self.tag[fr] = useq[fresh]
+        row = seq % self.rows
+        fresh = seq > self.tag[row]
+        if fresh.any():  # rows taken by newer instances: cleared (a row's newest instance wins)
+            fr = row[fresh]
+            np.maximum.at(self.tag, fr, seq[fresh])
             self.st[fr] = 0
             self.en[fr] = 0
             self.ok[fr] = False
-        row = seq % self.rows
         valid = (self.tag[row] == seq) & (seq >= self.frontier)
         if not valid.all():
             self.dropped["instance_out_of_ring"] += int((~valid).sum())
