@@ -1,17 +1,19 @@
-"""The live pipeline as one faust app: two agents around the detector core.
+"""The live pipeline as one faust app around the detector core: a comm half and a job agent.
 
-- `comm` agent: `cw.calls.v1` + `cw.progress.v1` (key `{job}/{comm}`) -> `CommStage` ->
+- comm half: `cw.calls.v1` + `cw.progress.v1` (key `{job}/{comm}`) -> `CommStage` ->
   reports on `cw.internal.reports.v1` (key `{job}`); the per-rank rows of its window
-  reports also go to `cw.internal.windows.v1` for the ClickHouse sink. It takes what the
-  consumer has buffered at once (`POLL_MAX`): one validation pass over the call batches.
+  reports also go to `cw.internal.windows.v1` for the ClickHouse sink. These topics carry
+  nearly every message, so they are read a poll at a time by `CommReader` (aiokafka in the
+  worker's event loop, its own consumer group), not event by event through faust: one
+  validation pass over a poll's call batches, the detector fed at once.
 - `job` agent: reports + `cw.topology.v1` + `cw.steps.v1` + `cw.hw.v1` (key `{job}`) ->
   `JobStage` -> incidents on `cw.alerts.v1` (key `{job}`).
 
 A message that does not decode goes to `cw.deadletter.v1` unchanged with its reason
 (`streams/deadletter.py`), is counted, and the stream goes on.
 
-Both agents drive one `Detector` (`streams/detect/detector.py`), the object `commwatch
-replay` runs: the comm agent its comm half, the job agent its job half.
+Both halves drive one `Detector` (`streams/detect/detector.py`), the object `commwatch
+replay` runs, in the one event loop.
 
 Time. Each job's now is its own newest event time (the Kafka timestamp, which producers
 set to the event's `ts_ns`, exactly as a capture file's `ts_ns`) plus the wall-clock time
@@ -31,6 +33,7 @@ re-announcing incidents that are already open (ids are stable).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -46,6 +49,7 @@ from commwatch.capture import Message
 from commwatch.decode import CallBatch, decode_message, decode_messages
 from commwatch.metrics import StreamMetrics
 from commwatch.settings import Settings
+from commwatch.streams.comm_reader import CommReader
 from commwatch.streams.deadletter import error_headers
 from commwatch.streams.ledger import AlertLedger
 from commwatch.streams.liveness import Liveness, TopicKeeper
@@ -56,8 +60,6 @@ log = logging.getLogger(__name__)
 
 REPORTS = "cw.internal.reports.v1"
 TICK_S = 0.5
-POLL_MAX = 2000  # events the comm agent takes at once (what one poll returns, at most)
-POLL_WITHIN_S = 0.02  # ... waiting this long at most for more to arrive
 STARTUP_GRACE_S = 30.0
 LAG_EVERY_S = 2.0
 HEALTH_EVERY_NS = 1_000_000_000  # a job's health snapshot is published this often (its event time)
@@ -293,7 +295,6 @@ def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None
         return app.topic(*names, key_type=bytes, value_type=bytes, key_serializer="raw",
                          value_serializer="raw", allow_empty=True)
 
-    comm_in = topic(t.calls, t.progress)
     job_in = topic(t.name(REPORTS), t.topology, t.steps, t.hw)
     reports_out = topic(t.name(REPORTS))
     windows_out = topic(t.name(WINDOWS))
@@ -302,6 +303,7 @@ def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None
     deadletter_out = topic(t.deadletter)
     processed: dict[Any, int] = {}
     assigned_at: dict[Any, float] = {}
+    reader = CommReader(settings, [t.calls, t.progress], broker_credentials(settings))
 
     # Published messages carry their event time as the Kafka timestamp, like every input.
     # Agents await each send (backpressure); the timer only queues (it must not stall).
@@ -331,11 +333,11 @@ def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None
             else:
                 alerts_out.send_soon(**kw)
 
-    async def dead_letter(event: Any, err: WireError) -> None:
-        m = event.message
+    async def dead_letter(m: Any, err: WireError, timestamp: float) -> None:
+        """`m`: a faust message or an aiokafka record (topic, partition, offset, key, value)."""
         pipeline.dead(err)
         log.debug("dead-letter %s[%d]@%d: %s", m.topic, m.partition, m.offset, err)
-        await deadletter_out.send(key=m.key, value=m.value, timestamp=m.timestamp,
+        await deadletter_out.send(key=m.key, value=m.value, timestamp=timestamp,
                                   headers=error_headers(err, m.topic, m.partition, m.offset))
 
     def kafka_message(event: Any) -> tuple[str, Message, Any]:
@@ -352,31 +354,46 @@ def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None
                 base, msg, tp = kafka_message(event)
                 out = handle(base, msg, tp)
             except WireError as err:
-                await dead_letter(event, err)
+                await dead_letter(event.message, err, event.message.timestamp)
                 continue
             finally:
                 liveness.beat("consume")
             await publish(out)
 
-    @app.agent(comm_in, name="comm")
-    async def comm_agent(stream: Any) -> None:
-        """What the consumer has buffered, up to `POLL_MAX` events, at once: one validation
-        pass over its call batches, one publication of its reports (per-message overhead
-        is what limits a worker)."""
-        async for events in stream.take_events(POLL_MAX, within=POLL_WITHIN_S):
-            items, kept = [], []
-            for event in events:
-                try:
-                    items.append(kafka_message(event))
-                    kept.append(event)
-                except WireError as err:
-                    await dead_letter(event, err)
-            reports, errors = pipeline.comm_messages(items) if items else ([], [])
-            for event, err in zip(kept, errors):
-                if err is not None:
-                    await dead_letter(event, err)
-            liveness.beat("consume")
-            await publish_reports(reports)
+    @app.task
+    async def comm_half() -> None:
+        """Calls and progress, a poll at a time (`CommReader`): one validation pass over its
+        call batches, the detector fed at once, one publication of its reports. It starts
+        once faust's consumer has partitions (or after `STARTUP_GRACE_S`): read alone, a
+        backlog would be judged before the job half could see its jobs."""
+        began = time.monotonic()
+        while not app.consumer.assignment() and time.monotonic() - began < STARTUP_GRACE_S:
+            await asyncio.sleep(0.1)
+        try:
+            while True:
+                polled = await reader.poll()
+                liveness.beat("consume")
+                if not polled:
+                    continue
+                items, kept = [], []
+                for tp, records in polled:
+                    base = t.base(tp.topic)
+                    for r in records:
+                        try:
+                            items.append((base, to_message(base, r.key, r.timestamp * 1_000_000, r.value), tp))
+                            kept.append(r)
+                        except WireError as err:
+                            await dead_letter(r, err, r.timestamp / 1000)
+                if len(polled) > 1:  # partitions merged in time order, as one stream would deliver them
+                    order = sorted(range(len(items)), key=lambda i: items[i][1].ts_ns)
+                    items, kept = [items[i] for i in order], [kept[i] for i in order]
+                reports, errors = pipeline.comm_messages(items) if items else ([], [])
+                for r, err in zip(kept, errors):
+                    if err is not None:
+                        await dead_letter(r, err, r.timestamp / 1000)
+                await publish_reports(reports)
+        finally:  # the worker stops: its client leaves the group
+            await reader.stop()
 
     @app.agent(job_in, name="job")
     async def job_agent(stream: Any) -> None:
@@ -389,24 +406,26 @@ def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None
         every partition is read, no job's detection may conclude from those read first).
         Nothing assigned yet counts as unread too."""
         lags, unread = {}, False
-        consumer = app.consumer
         mono = time.monotonic()
-        for tp in consumer.assignment():
-            if tp.topic not in names:
-                continue
-            last = processed.get(tp)
-            high = consumer.highwater(tp) or 0
-            if last is None:
-                first_seen = assigned_at.setdefault(tp, mono)
-                if high > 0 and mono - first_seen < STARTUP_GRACE_S:
-                    try:
-                        pos = await consumer.position(tp)
-                    except Exception:  # noqa: BLE001 - no position yet: count it unread
-                        pos = None
-                    unread |= pos is None or pos < high
-                lags[tp] = 0
-            else:
-                lags[tp] = max(0, high - (last + 1))
+        for consumer, done in ((app.consumer, processed), (reader, reader.processed)):
+            for tp in consumer.assignment():
+                if tp.topic not in names:
+                    continue
+                last = done.get(tp)
+                high = consumer.highwater(tp) or 0
+                if last is None:
+                    first_seen = assigned_at.setdefault(tp, mono)
+                    if high > 0 and mono - first_seen < STARTUP_GRACE_S:
+                        try:
+                            pos = await consumer.position(tp)
+                        except Exception:  # noqa: BLE001 - no position yet: count it unread
+                            pos = None
+                        unread |= pos is None or pos < high
+                    lags[tp] = 0
+                else:
+                    lags[tp] = max(0, high - (last + 1))
+        if not reader.assignment() and mono - pipeline.started < STARTUP_GRACE_S:
+            unread = True  # the comm reader's group has not assigned it yet: a partial view
         return lags, unread or not lags  # nothing assigned yet: nothing is known
 
     lag_state = {"at": 0.0}
@@ -415,7 +434,8 @@ def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None
     async def tick() -> None:
         liveness.beat("tick")
         lags, unread = await lag_of({t.calls, t.progress, t.name(REPORTS), t.topology, t.steps, t.hw})
-        liveness.assigned(((tp.topic, tp.partition) for tp in app.consumer.assignment()), sum(lags.values()), unread)
+        assignment = set(app.consumer.assignment()) | reader.assignment()
+        liveness.assigned(((tp.topic, tp.partition) for tp in assignment), sum(lags.values()), unread)
         if keeper is not None:
             keeper.poll()
             liveness.problem = keeper.error

@@ -11,7 +11,9 @@ Bounded against the reference: a single stamp that jumps more than `MAX_JUMP_NS`
 the job's now is held back until `JUMP_CONFIRM` consecutive messages agree (a node whose
 clock was set forward), so one absurd timestamp cannot age a job's waits by hours.
 While the worker is behind on a job's input (`extrapolate=False`), its now is its newest
-stamp: catching up on old data, the data carries time.
+stamp: catching up on old data, the data carries time. Its reference moves on with it, so
+the time spent behind never counts later as the job's silence (a backlog read while held,
+then judged, is judged at the time of its data).
 
 >>> c = JobClocks()
 >>> c.observe("a", 100, ref=10)
@@ -76,7 +78,10 @@ class JobClocks:
         c = self._c.get(job)
         if c is None:
             return 0
-        return c.stamp + (max(0, ref - c.ref) if extrapolate else 0)
+        if not extrapolate:
+            c.ref = max(c.ref, ref)  # the clock does not run while held, nor catch up after
+            return c.stamp
+        return c.stamp + max(0, ref - c.ref)
 
     def forget(self, job: str) -> None:
         self._c.pop(job, None)

@@ -81,3 +81,10 @@ def test_each_job_runs_on_its_own_clock_and_nothing_is_judged_before_every_parti
     p.unread = True
     assert p.held("fast") and p.held("slow")
     assert clocks.now("slow", wall[0], not p.held("slow")) == slow.ts_ns
+    # released: the job ages from then on; the time it was held is not counted as its silence
+    # (a backlog read while held and judged after would find every node silent otherwise)
+    wall[0] += 30 * 10**9
+    assert clocks.now("slow", wall[0], not p.held("slow")) == slow.ts_ns
+    p.unread = False
+    wall[0] += 10**9
+    assert clocks.now("slow", wall[0], not p.held("slow")) == slow.ts_ns + 10**9
