@@ -141,12 +141,13 @@ class Pipeline:
         self.started = time.monotonic() - process_age_s()
         self.first_processed_s: float | None = None
 
-    def _seen(self, base: str, msg: Message, job: str, tp: Any) -> None:
-        self.metrics.messages.labels(topic=base).inc()
+    def _seen(self, base: str, ts_ns: int, job: str, tp: Any, count: int = 1) -> None:
+        """`count` messages of `base` from `job` (the newest at `ts_ns`) were read from `tp`."""
+        self.metrics.messages.labels(topic=base).inc(count)
         self.jobs.add(job)
         if tp is not None:
             self.job_parts.setdefault(job, set()).add(tp)
-        self.newest_ns = max(self.newest_ns, msg.ts_ns)
+        self.newest_ns = max(self.newest_ns, ts_ns)
         if self.first_processed_s is None:
             self.first_processed_s = time.monotonic() - self.started
             log.info("first message processed %.2f s after the process started", self.first_processed_s)
@@ -168,19 +169,27 @@ class Pipeline:
         good_m: list[Message] = []
         good_d: list = []
         records = 0
+        seen: dict[tuple[str, str, Any], list[int]] = {}  # (topic, job, partition) -> [messages, newest]
         for (base, msg, tp), d in zip(items, decoded):
             if isinstance(d, WireError):
                 errors.append(d)
                 continue
             errors.append(None)
-            if isinstance(d, CallBatch):
+            if type(d) is CallBatch:
                 records += d.count
                 job = d.job
             else:
                 job = d["job"]
-            self._seen(base, msg, job, tp)
+            got = seen.get((base, job, tp))
+            if got is None:
+                seen[(base, job, tp)] = [1, msg.ts_ns]
+            else:
+                got[0] += 1
+                got[1] = max(got[1], msg.ts_ns)
             good_m.append(msg)
             good_d.append(d)
+        for (base, job, tp), (count, newest) in seen.items():
+            self._seen(base, newest, job, tp, count)
         reports = self.detector.comm_feed(good_m, good_d, self.wall_ns()) if good_m else []
         self.metrics.records.inc(records)
         return reports, errors
@@ -189,13 +198,13 @@ class Pipeline:
         """Stage 2 for one report or topology/steps/hw message; raises `WireError`."""
         if base == REPORTS:
             bundle = decode_report(msg)
-            self._seen(base, msg, bundle["job"], tp)
+            self._seen(base, msg.ts_ns, bundle["job"], tp)
             out: list[dict] = []
             for report in bundle["reports"]:
                 out.extend(self.detector.job_feed_report(report, self.wall_ns()))
             return out
         decoded = decode_message(msg, self.settings.max_message_bytes)
-        self._seen(base, msg, decoded["job"], tp)
+        self._seen(base, msg.ts_ns, decoded["job"], tp)
         return self.detector.job_feed(msg, decoded, self.wall_ns())
 
     def comm_tick(self) -> list[dict]:

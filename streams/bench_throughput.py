@@ -15,9 +15,10 @@ Three measurements, printed as a table (JSON with --json):
   1-hour run of the same small job (10 and 15 minutes with --quick): about equal if its
   state is bounded.
 - live: the real pipeline (`commwatch worker` processes on the embedded broker, fresh
-  topics) with 1 and 2 workers: call records/s end to end (first message produced to last
-  record consumed, from the workers' metrics), then jobs paced at wall-clock speed, each
-  with a hang, and the delay from fault + detection threshold to the alert's arrival.
+  topics) with 1 and 2 workers: call records/s end to end over a flood of about 1M records
+  (120 s of a 64-rank job; first message produced to last record consumed, from the
+  workers' metrics), then jobs paced at wall-clock speed, each with a hang, and the delay
+  from fault + detection threshold to the alert's arrival.
 
 The simulated node agents batch calls as `COMMWATCH_AGENT_FLUSH_S` says (0.1 s by default;
 `--set agent_flush_s=1.0` measures the replay and the live flood with 1 s batches).
@@ -364,7 +365,7 @@ def live_run(settings: Settings, count: int, quick: bool, logdir: Path) -> dict:
         time.sleep(GROUP_SETTLE_S)  # a later worker's join rebalances the group: let it finish
         ready_s = time.perf_counter() - started
         # throughput: one job, produced as fast as the producer goes, in the recent past
-        sim_s = 8 if quick else 30
+        sim_s = 8 if quick else 120  # ~1M records: a rate held for seconds, not a burst
         spec = JobSpec(job="flood", tp=8, pp=2, dp=4, duration_s=sim_s, batch_s=s.agent_flush_s,
                        start_ns=time.time_ns() - int((sim_s + 5) * 1e9))
         sim = simulate(spec)
