@@ -92,7 +92,7 @@ class CommReader:
                 await self.start()
             if time.monotonic() - self._committed_at >= COMMIT_EVERY_S:
                 self._committed_at = time.monotonic()
-                await self.consumer.commit()
+                await self._commit()
             got = await self.consumer.getmany(timeout_ms=POLL_WAIT_MS, max_records=POLL_MAX)
         except asyncio.CancelledError:
             raise
@@ -106,6 +106,16 @@ class CommReader:
         for tp, records in out:
             self.processed[tp] = records[-1].offset
         return out
+
+    async def _commit(self) -> None:
+        """Commit what was handed out. A commit refused during a rebalance is not a failure of
+        the client: the partitions' next owner re-reads at most `COMMIT_EVERY_S` of them."""
+        from aiokafka.errors import CommitFailedError, IllegalStateError, RebalanceInProgressError
+
+        try:
+            await self.consumer.commit()
+        except (CommitFailedError, IllegalStateError, RebalanceInProgressError) as exc:
+            log.info("comm reader: commit skipped (%s)", type(exc).__name__)
 
     def assignment(self) -> set:
         return set(self.consumer.assignment()) if self.consumer is not None else set()

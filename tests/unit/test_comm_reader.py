@@ -1,0 +1,55 @@
+"""The comm half's reader keeps its client through a commit refused by a rebalance, and
+restarts it on any other failure. The client is scripted here: a rebalance cannot be timed
+in a test (the worker drills run the real client on the real broker)."""
+
+import asyncio
+
+from aiokafka.errors import CommitFailedError, KafkaConnectionError
+
+from commwatch.settings import Settings
+from commwatch.streams import comm_reader
+from commwatch.streams.comm_reader import CommReader
+
+
+class ScriptedClient:
+    """What `CommReader` calls of an aiokafka consumer: commit fails as told, getmany returns
+    one record of partition `tp`."""
+
+    def __init__(self, commit_error=None, poll_error=None):
+        self.commit_error, self.poll_error = commit_error, poll_error
+        self.commits = self.stops = 0
+
+    async def commit(self):
+        self.commits += 1
+        if self.commit_error is not None:
+            raise self.commit_error
+
+    async def getmany(self, timeout_ms, max_records):
+        if self.poll_error is not None:
+            raise self.poll_error
+        return {("cw.calls.v1", 0): [type("Rec", (), {"offset": 41})()]}
+
+    async def stop(self):
+        self.stops += 1
+
+
+def _poll(reader):
+    reader._committed_at = 0.0  # a commit is due
+    return asyncio.run(reader.poll())
+
+
+def test_a_commit_refused_by_a_rebalance_keeps_the_client():
+    reader = CommReader(Settings.load(env={}), ["cw.calls.v1"])
+    client = reader.consumer = ScriptedClient(commit_error=CommitFailedError("rebalanced"))
+    got = _poll(reader)
+    assert client.commits == 1 and client.stops == 0 and reader.consumer is client
+    assert [tp for tp, _ in got] == [("cw.calls.v1", 0)] and reader.processed[("cw.calls.v1", 0)] == 41
+    assert reader.failures == 0
+
+
+def test_any_other_failure_closes_the_client_for_a_new_one(monkeypatch):
+    monkeypatch.setattr(comm_reader, "RETRY_S", 0.0)
+    reader = CommReader(Settings.load(env={}), ["cw.calls.v1"])
+    client = reader.consumer = ScriptedClient(poll_error=KafkaConnectionError("broker gone"))
+    assert _poll(reader) == []
+    assert client.stops == 1 and reader.consumer is None and reader.failures == 1
