@@ -182,11 +182,30 @@ class Detector:
         self.stats["records"] += records
         out: list[dict] = []
         for job, (ms, ds) in by_job.items():
-            self.comm_clocks.observe_many(job, [m.ts_ns for m in ms], ref_ns)
+            stamps = [m.ts_ns for m in ms]
+            self.comm_clocks.observe_many(job, stamps, ref_ns)
+            if len(ms) > 1 and max(stamps) >= self.comm_stage.next_tick_ns(job):
+                ms, ds = self._ticked_runs(job, ms, ds, stamps, out)
             got = self._comm_job(job, self.comm_stage.feed_many, (ms, ds), ref_ns)
             if got:
                 out.extend(got)
         return self._kept(out) if out else out
+
+    def _ticked_runs(self, job: str, ms: list, ds: list, stamps: list[int], out: list) -> tuple[list, list]:
+        """A poll of a job that spans its ticks (a backlog read at speed): the runs of messages
+        before each tick that falls inside it are fed and the job ticked at the time they
+        reached, as replay does message by message (fed at once, a comm's pending records
+        would span seconds of its calls and overrun its instance ring). Returns the rest."""
+        stage = self.comm_stage
+        lo, due = 0, stage.next_tick_ns(job)
+        for i, ts in enumerate(stamps[:-1]):
+            if ts >= due:
+                out.extend(self._guard(job, stage.feed_many, ms[lo:i + 1], ds[lo:i + 1], ts))
+                out.extend(self._guard(job, stage.tick_job, job, ts))
+                lo, due = i + 1, stage.next_tick_ns(job)
+        if lo:
+            self._idle_until = 0
+        return ms[lo:], ds[lo:]
 
     def comm_feed_one(self, msg: Message, batch: CallBatch, ref_ns: int) -> list[dict]:
         """`comm_feed` of one call batch (replay's path, message by message: the same steps

@@ -184,3 +184,33 @@ def test_replay_one_batch_at_a_time_gives_what_the_poll_path_gives(settings):
     assert reports[id(fast)] == reports[id(poll)] and len(reports[id(fast)]) > 100
     assert fast.window_stats() == poll.window_stats()
     assert fast.stats == poll.stats
+
+
+def test_a_backlog_read_in_big_polls_loses_no_instance_and_finds_what_replay_finds(settings):
+    """A worker catching up reads seconds of a job in one poll (2000 messages here: about
+    3 s of this 64-rank job). Fed at once, a tensor-parallel comm's pending records would
+    span more instances than its ring keeps: they were dropped (`instance_out_of_ring`) and
+    its windows lost. The poll is fed in runs, the job ticked between them as replay does."""
+    msgs = list(simulate(JobSpec(job="j", tp=8, pp=2, dp=4, duration_s=25),
+                         [parse_fault("slow:rank=5,factor=1.6,at=6s")]).messages())
+    decoded = decode_messages(msgs)
+    replay = Detector(settings)
+    want = replay.feed_stream(msgs, decoded) + replay.tick(msgs[-1].ts_ns + 1)
+    live = Detector(settings)
+    got = []
+    for lo in range(0, len(msgs), 2000):
+        ms, ds = msgs[lo:lo + 2000], decoded[lo:lo + 2000]
+        ref = ms[-1].ts_ns  # the poll is read at once: the reference is when it was read
+        comm = [i for i, m in enumerate(ms) if m.topic in (topics.CALLS, topics.PROGRESS)]
+        for rep in live.comm_feed([ms[i] for i in comm], [ds[i] for i in comm], ref):
+            got += live.job_feed_report(rep, ref)
+        got += [e for i, m in enumerate(ms) if i not in set(comm) for e in live.job_feed(m, ds[i], ref)]
+        got += live.tick(ref)
+    got += live.tick(msgs[-1].ts_ns + 1)
+    assert replay.drops() == {} and live.drops() == {}
+    assert live.stats["records"] == replay.stats["records"]
+
+    def found(events):
+        return {(e["kind"], e["status"], tuple(e["culprit_ranks"])) for e in events if e["status"] == "open"}
+
+    assert found(got) == found(want) == {("slow_rank", "open", (5,))}
