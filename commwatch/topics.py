@@ -16,6 +16,7 @@ DEADLETTER = "cw.deadletter.v1"
 
 # internal (docs/architecture.md): job health snapshots from the worker that runs a job's stage 2
 HEALTH = "cw.internal.health.v1"
+WINDOWS = "cw.internal.windows.v2"  # one message per communicator window (streams/window_message.py)
 
 ALL = (CALLS, PROGRESS, TOPOLOGY, STEPS, HW, ALERTS, DEADLETTER)
 INPUTS = (CALLS, PROGRESS, TOPOLOGY, STEPS, HW)

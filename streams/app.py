@@ -1,8 +1,8 @@
 """The live pipeline as one faust app around the detector core: a comm half and a job agent.
 
 - comm half: `cw.calls.v1` + `cw.progress.v1` (key `{job}/{comm}`) -> `CommStage` ->
-  reports on `cw.internal.reports.v1` (key `{job}`); the per-rank rows of its window
-  reports also go to `cw.internal.windows.v1` for the ClickHouse sink. These topics carry
+  reports on `cw.internal.reports.v1` (key `{job}`); its window reports also go to
+  `cw.internal.windows.v2` (one message per window) for the ClickHouse sink. These topics carry
   nearly every message, so they are read a poll at a time by `CommReader` (aiokafka in the
   worker's event loop, its own consumer group), not event by event through faust: one
   validation pass over a poll's call batches, the detector fed at once.
@@ -53,7 +53,7 @@ from commwatch.streams.comm_reader import CommReader
 from commwatch.streams.deadletter import error_headers
 from commwatch.streams.ledger import AlertLedger
 from commwatch.streams.liveness import Liveness, TopicKeeper
-from commwatch.streams.window_rows import WINDOWS, window_rows
+from commwatch.streams.window_message import window_message
 from commwatch.wire import WireError
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ HEALTH_EVERY_NS = 1_000_000_000  # a job's health snapshot is published this oft
 
 def stream_topics(settings: Settings) -> list[str]:
     """Every topic the worker needs to exist: the contract's and the internal ones."""
-    return settings.topics.all() + [settings.topics.name(n) for n in (REPORTS, WINDOWS, topics.HEALTH)]
+    return settings.topics.all() + [settings.topics.name(n) for n in (REPORTS, topics.WINDOWS, topics.HEALTH)]
 
 
 def broker_credentials(settings: Settings) -> Any:
@@ -306,7 +306,7 @@ def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None
 
     job_in = topic(t.name(REPORTS), t.topology, t.steps, t.hw)
     reports_out = topic(t.name(REPORTS))
-    windows_out = topic(t.name(WINDOWS))
+    windows_out = topic(t.name(topics.WINDOWS))
     alerts_out = topic(t.alerts)
     health_out = topic(t.name(topics.HEALTH))
     deadletter_out = topic(t.deadletter)
@@ -325,8 +325,9 @@ def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None
             else:
                 reports_out.send_soon(**kw)
         for rep in reports:
-            for row in window_rows(rep):
-                windows_out.send_soon(key=str(rep["job"]).encode(), value=messages.dumps(row),
+            window = window_message(rep)
+            if window is not None:
+                windows_out.send_soon(key=str(rep["job"]).encode(), value=messages.dumps(window),
                                       timestamp=rep["ts_ns"] / 1e9)
         pipeline.metrics.reports.inc(len(reports))
 

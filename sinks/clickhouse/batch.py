@@ -18,10 +18,10 @@ import numpy as np
 from commwatch import topics
 from commwatch.capture import Message
 from commwatch.decode import CallBatch, decode_message
-from commwatch.sinks.clickhouse.rows import MS, ROW_TABLES, WINDOWS, call_columns, calls_block, decode_window
+from commwatch.sinks.clickhouse.rows import MS, ROW_TABLES, call_columns, calls_block, decode_window
 from commwatch.sinks.clickhouse.writer import InsertTarget
 
-SINK_TOPICS = (topics.ALERTS, topics.CALLS, topics.STEPS, topics.HW, topics.TOPOLOGY, WINDOWS)
+SINK_TOPICS = (topics.ALERTS, topics.CALLS, topics.STEPS, topics.HW, topics.TOPOLOGY, topics.WINDOWS)
 
 
 @dataclass
@@ -44,21 +44,24 @@ class SinkBatch:
 
     def add(self, msg: Message) -> int:
         """Decode and buffer one message; returns the rows it added. Raises `WireError`."""
-        if msg.topic == WINDOWS:
-            obj = decode_window(msg.value, msg.key)
-            self.offsets_ns[obj["job"]][obj["rank"]] = int(round(float(obj.get("clock_offset_ms") or 0.0) * MS))
-        else:
-            decoded = decode_message(msg, self.max_message_bytes)
-            if isinstance(decoded, CallBatch):
-                cols = call_columns(decoded, self.offsets_ns.get(decoded.job))
-                n = len(cols["seq"])
-                if n:
-                    self.calls.append((decoded.job, cols))
-                    self.n_rows += n
-                return n
-            obj = decoded
+        if msg.topic == topics.WINDOWS:
+            rows = decode_window(msg.value, msg.key)
+            table, _cols, build = ROW_TABLES[topics.WINDOWS]
+            for row in rows:
+                self.offsets_ns[row["job"]][row["rank"]] = int(round(float(row.get("clock_offset_ms") or 0.0) * MS))
+                self.rows[table].append(build(row))
+            self.n_rows += len(rows)
+            return len(rows)
+        decoded = decode_message(msg, self.max_message_bytes)
+        if isinstance(decoded, CallBatch):
+            cols = call_columns(decoded, self.offsets_ns.get(decoded.job))
+            n = len(cols["seq"])
+            if n:
+                self.calls.append((decoded.job, cols))
+                self.n_rows += n
+            return n
         table, _cols, build = ROW_TABLES[msg.topic]
-        self.rows[table].append(build(obj))
+        self.rows[table].append(build(decoded))
         self.n_rows += 1
         return 1
 

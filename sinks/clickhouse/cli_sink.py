@@ -1,7 +1,7 @@
 """`commwatch sink`: write the contract's topics into ClickHouse until interrupted.
 
 Runs the schema migrations first, then consumes cw.alerts.v1, cw.calls.v1, cw.steps.v1,
-cw.hw.v1, cw.topology.v1 and cw.internal.windows.v1 (see `commwatch.sinks.clickhouse.sink`).
+cw.hw.v1, cw.topology.v1 and cw.internal.windows.v2 (see `commwatch.sinks.clickhouse.sink`).
 Metrics (`SinkMetrics`) are served on `COMMWATCH_METRICS_HOST:COMMWATCH_METRICS_PORT`
 (`--set metrics_port=0` picks a free port, `--no-metrics` serves none). With the embedded
 ClickHouse, this process owns the database and serves the history endpoint

@@ -4,27 +4,29 @@ Calls stay columnar: a `CallBatch` becomes numpy columns (completed CALL records
 and then one Native block; `comm` becomes 16 lowercase hex digits on the way, the format
 of every table and wire key. The JSON topics are low-volume and become plain row lists.
 
-The internal topic `cw.internal.windows.v1` (key `{job}`) carries the live workers'
-per-rank window statistics, one JSON object per rank and window:
-`{"job", "comm", "rank", "window_end_ns", "instances", "mean_lag_ms", "last_share",
-"clock_offset_ms", ...}`; `clock_offset_ms` is the rank's clock minus the job's
-reference clock. Fields beyond these are kept as JSON in the `extra` column.
+The internal topic `cw.internal.windows.v2` (key `{job}`) carries the live workers'
+window statistics, one JSON object per communicator window with per-rank arrays:
+`{"v": 2, "job", "comm", "window_end_ns", "instances", "ranks": [...], "mean_lag_ms": [...],
+"last_share": [...], "clock_offset_ms": [...], "inside": [...]}` (`streams/window_message.py`);
+the sink stores one row per rank and window. `clock_offset_ms` is the rank's clock minus
+the job's reference clock; `inside` is kept as JSON in the `extra` column.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Callable
 
 import numpy as np
 
 from commwatch import messages, topics
+from commwatch.topics import WINDOWS
 from commwatch.decode import CallBatch
 from commwatch.sinks.clickhouse.native import hex_strings, native_block, string_runs
 from commwatch.sinks.clickhouse.schema import NS, OP_ENUM
 from commwatch.wire import FLAG_COMPLETED, KIND_CALL, WireError
 
-WINDOWS = "cw.internal.windows.v1"
 MS = 1_000_000
 
 CALL_TYPES = (
@@ -122,13 +124,37 @@ WINDOW_COLUMNS = ("job", "comm", "rank", "window_end", "instances", "mean_lag_ms
 WINDOW_KNOWN = frozenset(WINDOW_COLUMNS) | {"window_end_ns", "v"}
 
 
-def validate_window(obj: Any) -> dict:
-    messages._check(obj, "window", {"job": messages.STR, "comm": messages.STR, "rank": messages.INT,
-                                    "window_end_ns": messages.INT},
-                    {"instances": messages.INT, "mean_lag_ms": messages.NUM, "last_share": messages.NUM,
-                     "clock_offset_ms": messages.NUM})
+WINDOW_ARRAYS = ("mean_lag_ms", "last_share", "clock_offset_ms", "inside")
+
+
+def _number_or_none(v: Any) -> bool:
+    return v is None or (type(v) in (int, float) and math.isfinite(v))
+
+
+def window_rows(obj: Any) -> list[dict]:
+    """The rows of one window message (see the module docstring), one per rank; raises
+    `WireError` naming the field at fault."""
+    messages._check(obj, "window", {"v": messages.INT, "job": messages.STR, "comm": messages.STR,
+                                    "window_end_ns": messages.INT, "ranks": messages.LIST},
+                    {"instances": messages.INT})
+    if obj["v"] != 2:
+        raise WireError("bad_version", f"window message version {obj['v']!r} is not 2")
     messages._time(obj, "window", "window_end_ns")
-    return obj
+    ranks = obj["ranks"]
+    if not all(type(r) is int for r in ranks):
+        raise WireError("bad_field", "window.ranks holds a value that is not an integer")
+    arrays = {}
+    for name in WINDOW_ARRAYS:
+        values = obj.get(name)
+        if values is None:
+            continue
+        if not isinstance(values, list) or len(values) != len(ranks) or not all(map(_number_or_none, values)):
+            raise WireError("bad_field", f"window.{name} is not a list of numbers, one per rank")
+        arrays[name] = values
+    base = {"job": obj["job"], "comm": obj["comm"], "window_end_ns": obj["window_end_ns"],
+            "instances": obj.get("instances") or 0}
+    return [{**base, "rank": rank, **{name: values[i] for name, values in arrays.items()}}
+            for i, rank in enumerate(ranks)]
 
 
 def window_row(m: dict) -> list:
@@ -148,8 +174,10 @@ ROW_TABLES: dict[str, tuple[str, tuple[str, ...], Callable[[dict], list]]] = {
 }
 
 
-def decode_window(value: bytes, key_job: str | None) -> dict:
-    obj = validate_window(messages.loads(value))
+def decode_window(value: bytes, key_job: str | None) -> list[dict]:
+    """The rows of one message of `cw.internal.windows.v2`; raises `WireError`."""
+    obj = messages.loads(value)
+    rows = window_rows(obj)
     if key_job and obj["job"] != key_job:
         raise WireError("job_mismatch", f"window job {obj['job']!r} differs from key job {key_job!r}")
-    return obj
+    return rows

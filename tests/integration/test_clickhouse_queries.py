@@ -65,9 +65,10 @@ def populate(client, settings, job="j42", skew_ns=None):
     batch.add(Message(topics.HW, job, 0, messages.dumps({
         "v": 1, "job": job, "node": "node-1", "ts_ns": t0, "rank": SLOW_RANK, "gpu": "GPU-x",
         "sm_clock_mhz": 900, "throttle_reasons": 8})))
-    batch.add(Message("cw.internal.windows.v1", job, 0, json.dumps({
-        "job": job, "comm": f"{COMM:016x}", "rank": SLOW_RANK, "window_end_ns": t0 + 20 * 10**9,
-        "instances": 64, "mean_lag_ms": 4.0, "last_share": 1.0, "clock_offset_ms": 20.0}).encode()))
+    batch.add(Message(topics.WINDOWS, job, 0, json.dumps({
+        "v": 2, "job": job, "comm": f"{COMM:016x}", "window_end_ns": t0 + 20 * 10**9, "instances": 64,
+        "ranks": [SLOW_RANK - 1, SLOW_RANK], "mean_lag_ms": [0.1, 4.0], "last_share": [0.0, 1.0],
+        "clock_offset_ms": [0.0, 20.0], "inside": [0.3, 0.1]}).encode()))
     batch.note("x", 0, 0)
     batch.flush(ClickHouseWriter(client, settings.clickhouse_database))
     client.database = settings.clickhouse_database

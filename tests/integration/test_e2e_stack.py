@@ -112,6 +112,9 @@ def test_watch_a_real_job_with_one_stack_command(tmp_path):
         assert any(a["kind"] == "hang" and a["culprit_ranks"] == [HANG_RANK] and a["job"] == job for a in alerts)
         calls = cli(user_env, "sql", f"SELECT count() FROM calls WHERE job = '{job}'", "--format", "tsv")
         assert calls.returncode == 0 and int(calls.stdout.splitlines()[1]) > 0
+        # window statistics: one message per window from the worker, a row per rank in the sink
+        windows = cli(user_env, "sql", f"SELECT uniqExact(rank) FROM windows WHERE job = '{job}'", "--format", "tsv")
+        assert windows.returncode == 0 and int(windows.stdout.splitlines()[1]) == WORLD, windows.stdout
         wait_for(lambda: any(e["kind"] == "hang" and e["culprit_ranks"] == [HANG_RANK]
                              for b in hook.bodies for e in b["events"]), 60, "the stack's notifier to call the webhook")
         worker_log = (tmp_path / "data" / "logs" / "worker.log").read_text()

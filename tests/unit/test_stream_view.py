@@ -1,8 +1,14 @@
-"""The alert ledger (no repeats after a restart) and the demo's health view."""
+"""The alert ledger (no repeats after a restart), the demo's health view, and window
+reports on their way to the sink (one message per window, a row per rank)."""
 
 from __future__ import annotations
 
-from commwatch import topics
+import json
+
+import pytest
+
+from commwatch import messages, topics
+from commwatch.wire import WireError
 from commwatch.streams.health_view import HealthView
 from commwatch.streams.ledger import AlertLedger
 
@@ -47,12 +53,12 @@ def test_view_shows_progress_and_open_incidents_with_culprits():
     assert "open incidents: 0" in v.render()
 
 
-def test_window_reports_become_rows_the_sink_accepts(settings):
+def test_a_window_report_is_one_message_the_sink_turns_into_a_row_per_rank(settings):
     from commwatch.decode import decode_message
     from commwatch.producers.simulate import JobSpec, simulate
-    from commwatch.sinks.clickhouse.rows import validate_window
+    from commwatch.sinks.clickhouse.rows import decode_window
     from commwatch.streams.detect import CommStage
-    from commwatch.streams.window_rows import window_rows
+    from commwatch.streams.window_message import window_message
 
     stage = CommStage(settings)
     reports, ticked = [], 0
@@ -62,11 +68,33 @@ def test_window_reports_become_rows_the_sink_accepts(settings):
         if m.ts_ns - ticked >= 500_000_000:
             ticked = m.ts_ns
             reports += stage.tick(lambda job, t=m.ts_ns: t)
-    windows = [r for r in reports if r["type"] == "window"]
+    windows = [r for r in reports if r["type"] == "window" and "inside" in r]
     assert windows, sorted({r["type"] for r in reports})
-    rows = window_rows(windows[0])
-    assert [r["rank"] for r in rows] == windows[0]["ranks"]
-    for row in rows:
-        assert validate_window(row) is row
-        assert row["window_end_ns"] == windows[0]["ts_ns"] and "mean_lag_ms" in row
-    assert window_rows({"type": "wait", "job": "j", "ts_ns": 1}) == []
+    w = windows[0]
+    rows = decode_window(messages.dumps(window_message(w)), "j")
+    assert [r["rank"] for r in rows] == w["ranks"] and len(rows) >= 2
+    for i, row in enumerate(rows):
+        assert row["window_end_ns"] == w["ts_ns"] and row["instances"] == w["instances"]
+        assert (row["mean_lag_ms"], row["clock_offset_ms"], row["inside"]) == (w["lag_ms"][i], w["offset_ms"][i],
+                                                                            w["inside"][i])
+    assert window_message({"type": "wait", "job": "j", "ts_ns": 1}) is None
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"v": 1}, "bad_version"),
+    ({"ranks": [1, "2"]}, "bad_field"),
+    ({"mean_lag_ms": [0.5]}, "bad_field"),  # one value for two ranks
+    ({"last_share": [0.5, "0.5"]}, "bad_field"),
+    ({"clock_offset_ms": [0.5, True]}, "bad_field"),
+    ({"job": "other"}, "job_mismatch"),
+    ({"window_end_ns": -1}, "bad_time"),
+])
+def test_a_malformed_window_message_is_refused_naming_its_fault(change, reason):
+    from commwatch.sinks.clickhouse.rows import decode_window
+
+    good = {"v": 2, "job": "j", "comm": "00000000000000aa", "window_end_ns": 9, "instances": 4, "ranks": [1, 2],
+            "mean_lag_ms": [0.1, 0.2], "last_share": [0.5, 0.5]}
+    assert len(decode_window(json.dumps(good).encode(), "j")) == 2
+    with pytest.raises(WireError) as err:
+        decode_window(json.dumps({**good, **change}).encode(), "j")
+    assert err.value.reason == reason
