@@ -105,6 +105,9 @@ class CommReader:
         out = [(tp, records) for tp, records in got.items() if records]
         for tp, records in out:
             self.processed[tp] = records[-1].offset
+        # records already fetched come back without the poll ever suspending: under load the
+        # comm half would keep the loop, and faust's job half, timers and producer would starve
+        await asyncio.sleep(0)
         return out
 
     async def _commit(self) -> None:

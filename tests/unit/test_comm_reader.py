@@ -53,3 +53,29 @@ def test_any_other_failure_closes_the_client_for_a_new_one(monkeypatch):
     client = reader.consumer = ScriptedClient(poll_error=KafkaConnectionError("broker gone"))
     assert _poll(reader) == []
     assert client.stops == 1 and reader.consumer is None and reader.failures == 1
+
+
+def test_a_poll_gives_the_loop_a_turn_when_records_are_ready_at_once():
+    """Fetched records come back without the client's getmany ever suspending (the scripted
+    client does the same): under load, polls back to back would keep the event loop, and
+    the worker's job half, timers and producer (tasks of the same loop) would never run."""
+    reader = CommReader(Settings.load(env={}), ["cw.calls.v1"])
+    reader.consumer = ScriptedClient()
+    reader._committed_at = float("inf")  # no commit due
+    turns = []
+
+    async def other_task():
+        while True:
+            turns.append(1)
+            await asyncio.sleep(0)
+
+    async def main():
+        other = asyncio.ensure_future(other_task())
+        await asyncio.sleep(0)
+        before = len(turns)
+        for _ in range(20):
+            assert await reader.poll()
+        other.cancel()
+        return len(turns) - before
+
+    assert asyncio.run(main()) >= 19
