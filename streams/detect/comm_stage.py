@@ -117,7 +117,9 @@ class CommStage:
             self._dirty.add(key)
         st.pending.append((batch.value, now_ns if stamp is None else stamp, batch.count))
         st.pending_n += batch.count
-        if st.pending_n >= FLUSH_RECORDS:
+        if st.pending_n >= FLUSH_RECORDS or (not st.p2p_only and st.pending_n >= st.rows * st.n // 2):
+            # the second: the pending calls may span half the comm's instance ring (a backlog
+            # read partition by partition brings seconds of one comm before its job ticks)
             return self._flush(st, now_ns)
         return []
 
