@@ -2,7 +2,8 @@
 
 - comm half: `cw.calls.v1` + `cw.progress.v1` (key `{job}/{comm}`) -> `CommStage` ->
   reports on `cw.internal.reports.v1` (key `{job}`); its window reports also go to
-  `cw.internal.windows.v2` (one message per window) for the ClickHouse sink. These topics carry
+  `cw.internal.windows.v2` (one message per window) for the ClickHouse sink, both produced
+  with librdkafka (`streams/report_out.py`). The input topics carry
   nearly every message, so they are read a poll at a time by `CommReader` (aiokafka in the
   worker's event loop, its own consumer group), not event by event through faust: one
   validation pass over a poll's call batches, the detector fed at once.
@@ -18,9 +19,12 @@ replay` runs, in the one event loop.
 Time. Each job's now is its own newest event time (the Kafka timestamp, which producers
 set to the event's `ts_ns`, exactly as a capture file's `ts_ns`) plus the wall-clock time
 elapsed since it was seen, so a job that goes fully silent still ages and no job's clock
-moves another's. A timer ticks every `TICK_S`. A job whose input partitions are behind
-(or, at start-up, while a partition has not delivered yet) is *held*: its clock does not
-run on and nothing that concludes from silence is judged for it; every other job goes on.
+moves another's. A timer ticks every `TICK_S`. At start-up, while a partition has not
+delivered yet, every job is *held*: its clock does not run on and nothing that concludes
+from silence is judged for it. Later a job whose input is behind is still judged: what
+stage 1 says of a comm whose messages are behind is stale (`seen_ns`), and stage 2 concludes
+nothing from stale comms. A poll that spans a job's ticks (a backlog) is fed in runs with the
+job ticked between them, as replay does.
 
 State. Detector state is kept in memory, not in faust tables. After a restart the
 consumer group resumes from its committed offsets and the detectors rebuild from the
@@ -53,12 +57,11 @@ from commwatch.streams.comm_reader import CommReader
 from commwatch.streams.deadletter import error_headers
 from commwatch.streams.ledger import AlertLedger
 from commwatch.streams.liveness import Liveness, TopicKeeper
-from commwatch.streams.window_message import window_message
+from commwatch.streams.report_out import REPORTS, ReportOut
 from commwatch.wire import WireError
 
 log = logging.getLogger(__name__)
 
-REPORTS = "cw.internal.reports.v1"
 TICK_S = 0.5
 STARTUP_GRACE_S = 30.0
 LAG_EVERY_S = 2.0
@@ -131,7 +134,6 @@ class Pipeline:
         self.wall_ns = wall_ns
         self.jobs: set[str] = set()
         self.job_parts: dict[str, set] = {}  # job -> partitions its messages came from
-        self.lagging: set = set()  # partitions behind their end (their jobs' clocks do not extrapolate)
         # at start-up, a partition not read yet: every job is held (from the start: a poll
         # may come before the first lag check, and a restarted worker's first poll may hold
         # one partition's heartbeats and not another's)
@@ -240,16 +242,6 @@ class Pipeline:
         self.metrics.deadletter.labels(reason=err.reason).inc()
 
 
-def bundles(reports: list[dict]) -> list[dict]:
-    """Stage-1 reports as one message per job (a job's state at one tick arrives at stage 2
-    whole: a wait report is never judged without the reports of the same tick)."""
-    by_job: dict[str, list[dict]] = {}
-    for rep in reports:
-        by_job.setdefault(rep["job"], []).append(rep)
-    return [{"type": "bundle", "job": job, "ts_ns": max(r["ts_ns"] for r in reps), "reports": reps}
-            for job, reps in by_job.items()]
-
-
 def decode_report(msg: Message) -> dict:
     """A bundle of stage-1 reports of one job from the internal topic; raises `WireError`."""
     try:
@@ -305,30 +297,20 @@ def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None
                          value_serializer="raw", allow_empty=True)
 
     job_in = topic(t.name(REPORTS), t.topology, t.steps, t.hw)
-    reports_out = topic(t.name(REPORTS))
-    windows_out = topic(t.name(topics.WINDOWS))
     alerts_out = topic(t.alerts)
     health_out = topic(t.name(topics.HEALTH))
     deadletter_out = topic(t.deadletter)
     processed: dict[Any, int] = {}
     assigned_at: dict[Any, float] = {}
     reader = CommReader(settings, [t.calls, t.progress], broker_credentials(settings))
+    report_out = ReportOut(settings)
 
     # Published messages carry their event time as the Kafka timestamp, like every input.
-    # Agents await each send (backpressure); the timer only queues (it must not stall).
-    async def publish_reports(reports: list[dict], wait: bool = True) -> None:
-        for bundle in bundles(reports):
-            kw = {"key": str(bundle["job"]).encode(), "value": messages.dumps(bundle),
-                  "timestamp": bundle["ts_ns"] / 1e9}
-            if wait:
-                await reports_out.send(**kw)
-            else:
-                reports_out.send_soon(**kw)
-        for rep in reports:
-            window = window_message(rep)
-            if window is not None:
-                windows_out.send_soon(key=str(rep["job"]).encode(), value=messages.dumps(window),
-                                      timestamp=rep["ts_ns"] / 1e9)
+    # Stage-1 reports go through librdkafka (`ReportOut`); incidents, health and dead
+    # letters (few) through faust: agents await each send (backpressure), the timer only
+    # queues (it must not stall).
+    async def publish_reports(reports: list[dict]) -> None:
+        await report_out.publish(reports)
         pipeline.metrics.reports.inc(len(reports))
 
     async def publish_incidents(incidents: list[dict], wait: bool = True) -> None:
@@ -402,8 +384,11 @@ def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None
                     if err is not None:
                         await dead_letter(r, err, r.timestamp / 1000)
                 await publish_reports(reports)
-        finally:  # the worker stops: its client leaves the group
+        finally:  # the worker stops: its client leaves the group, its reports are delivered
             await reader.stop()
+            left = report_out.close()
+            if left:
+                log.warning("%d stage-1 report or window message(s) left undelivered at stop", left)
 
     @app.agent(job_in, name="job")
     async def job_agent(stream: Any) -> None:
@@ -449,9 +434,8 @@ def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None
         if keeper is not None:
             keeper.poll()
             liveness.problem = keeper.error
-        pipeline.lagging = {tp for tp, lag in lags.items() if lag > 0}
         pipeline.unread = unread
-        await publish_reports(pipeline.comm_tick(), wait=False)
+        await publish_reports(pipeline.comm_tick())
         await publish_incidents(pipeline.job_tick(), wait=False)
         for snap in pipeline.health():
             pipeline.metrics.observe_health(snap)
@@ -466,7 +450,11 @@ def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None
             for name, lag in per_topic.items():
                 m.consumer_lag.labels(topic=t.base(name)).set(lag)
             m.jobs.set(len(pipeline.jobs))
-            m.count_drops(pipeline.detector.drops())
+            drops = pipeline.detector.drops()
+            failed = report_out.failed()
+            if failed:
+                drops["report_undelivered"] = failed
+            m.count_drops(drops)
             if pipeline.newest_ns:
                 m.event_age.set(time.time() - pipeline.newest_ns / 1e9)
 
