@@ -17,8 +17,12 @@ Three measurements, printed as a table (JSON with --json):
 - live: the real pipeline (`commwatch worker` processes on the embedded broker, fresh
   topics) with 1 and 2 workers: call records/s end to end over a flood of about 1M records
   (120 s of a 64-rank job; first message produced to last record consumed, from the
-  workers' metrics), then jobs paced at wall-clock speed, each with a hang, and the delay
-  from fault + detection threshold to the alert's arrival.
+  workers' metrics); then, at load, jobs paced at wall-clock speed, each with a hang, while
+  another 64-rank job's records are offered at `--load` call records/s (300k by default, its
+  event time running faster than the wall clock): the delay from fault + detection threshold
+  to each alert's arrival, the records/s decoded meanwhile, the workers' CPU and how far
+  they fell behind. A burst says how fast a worker drains; only the load phase says whether
+  it keeps up and still alerts on time.
 
 The simulated node agents batch calls as `COMMWATCH_AGENT_FLUSH_S` says (0.1 s by default;
 `--set agent_flush_s=1.0` measures the replay and the live flood with 1 s batches).
@@ -36,6 +40,7 @@ import heapq
 import json
 import os
 import re
+import struct
 import subprocess
 import sys
 import tempfile
@@ -60,6 +65,7 @@ from commwatch.wire import WireError
 SHAPES = {1024: (8, 4, 32), 8192: (8, 8, 128), 32768: (8, 8, 512)}  # ranks -> (tp, pp, dp)
 WARM_TIMEOUT_S = 120.0
 GROUP_SETTLE_S = 8.0  # > the session and rebalance timeouts (6 s by default)
+LOAD_S = 30.0  # seconds of records generated for the load phase at the offered rate
 CALLS_PER_RANK_S = 145  # what the simulator's default job issues (measured), to size runs
 
 
@@ -68,6 +74,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="small sizes: about 2 minutes (up to 2 more if a worker group fails to start)")
     p.add_argument("--ranks", help="comma-separated job sizes for the replay part (1024, 8192, 32768)")
     p.add_argument("--records", type=float, help="call records per replay run (sets the simulated seconds)")
+    p.add_argument("--load", type=float, default=3e5,
+                   help="call records/s offered to the live workers while the hang delays are measured")
     p.add_argument("--skip-live", action="store_true", help="detector core only, no broker or workers")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -289,6 +297,17 @@ class Workers:
             time.sleep(0.05)
         return last, at
 
+    def cpu_s(self) -> float:
+        """CPU seconds the workers have used so far (user + system)."""
+        total = 0.0
+        for proc in self.procs:
+            try:
+                t = psutil.Process(proc.pid).cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                pass
+        return total
+
     def stop(self) -> None:
         for proc in self.procs:
             proc.terminate()
@@ -345,7 +364,7 @@ class AlertWatch:
         self._c.close()
 
 
-def live_run(settings: Settings, count: int, quick: bool, logdir: Path) -> dict:
+def live_run(settings: Settings, count: int, quick: bool, logdir: Path, offered: float) -> dict:
     from commwatch.kafka import ensure_topics
     from commwatch.streams.app import stream_topics
 
@@ -377,14 +396,83 @@ def live_run(settings: Settings, count: int, quick: bool, logdir: Path) -> dict:
         got, done = workers.wait_records(before + sim.stats.records, 300, settle_s=10.0)
         decoded = got - before
         rate = decoded / (done - t0)
-        # delay: jobs paced at wall-clock speed, each with one hang
-        delays = paced_hangs(s, watch, quick)
+        # delay at load: jobs paced at wall-clock speed, each with one hang, while another
+        # job's records are offered at `offered` records/s
+        n_msgs = len(msgs)
+        del msgs
+        loaded = under_load(s, watch, workers, offered, quick)
     finally:
         watch.close()
         workers.stop()
     return {"workers": count, "partitions": s.kafka_partitions, "ready_s": round(ready_s, 1),
-            "records": sim.stats.records, "records_decoded": decoded, "messages": len(msgs), "produce_s": round(produced, 2),
-            "end_to_end_s": round(done - t0, 2), "records_per_s": round(rate), **delays}
+            "records": sim.stats.records, "records_decoded": decoded, "messages": n_msgs, "produce_s": round(produced, 2),
+            "end_to_end_s": round(done - t0, 2), "records_per_s": round(rate), **loaded}
+
+
+def _records_in(m) -> int:
+    """Call records a message carries (a call batch's header count; 0 for other topics)."""
+    return struct.unpack_from("<I", m.value, 8)[0] if m.topic == topics.CALLS else 0
+
+
+def _renamed(m, old: str, new: str):
+    """The message as job `new` sent it (`old` and `new` of one length: a call batch's
+    binary value names no job, the JSON values name it once as a string)."""
+    key = new + m.key[len(old):] if m.key and m.key.startswith(old) else m.key
+    value = m.value if m.topic == topics.CALLS else m.value.replace(f'"{old}"'.encode(), f'"{new}"'.encode())
+    return m._replace(key=key, value=value)
+
+
+def under_load(s: Settings, watch: AlertWatch, workers: Workers, offered: float, quick: bool) -> dict:
+    """`paced_hangs` while a long job's call records are offered at `offered` records/s
+    (its event time runs faster than the wall clock, as for a worker catching up), from the
+    first hang job's start until every hang alerted or 20 s after the last fault: the alert
+    delays at that load, the records/s the workers decoded meanwhile, their CPU, and how far
+    they fell behind (records offered and not yet decoded, sampled every 0.5 s; the hang
+    jobs' own records, a few thousand a second, are not counted as offered). The job is
+    generated beforehand for `LOAD_S` at that rate (not timed); should the window last
+    longer, it is sent again as another job (`load_passes`)."""
+    sim_s = round(offered * LOAD_S / (64 * CALLS_PER_RANK_S))
+    flood = list(simulate(JobSpec(job="loads", tp=8, pp=2, dp=4, duration_s=sim_s, batch_s=s.agent_flush_s,
+                                  start_ns=time.time_ns() - int((sim_s + 5) * 1e9))).messages())
+    counts = [_records_in(m) for m in flood]
+    result: dict = {}
+    hangs = threading.Thread(target=lambda: result.update(paced_hangs(s, watch, quick)), daemon=True)
+    before, cpu0 = workers.records(), workers.cpu_s()
+    sent, behind, passes = 0, [], 0
+    t0 = time.perf_counter()
+    next_sample = t0 + 0.5
+    hangs.start()
+    from commwatch.kafka import Sender
+
+    sender = Sender(s, s.kafka_bootstrap)
+    while hangs.is_alive():
+        passes += 1
+        name = f"l{passes:04d}"
+        for m, n in zip(flood, counts):
+            if not hangs.is_alive():
+                break
+            m = _renamed(m, "loads", name) if passes > 1 else m
+            while not sender.send(s.topics.name(m.topic), m.key, m.value, timestamp_ms=m.ts_ns // 1_000_000):
+                sender.producer.poll(0.05)
+            sent += n
+            now = time.perf_counter()
+            ahead = sent / offered - (now - t0)
+            if ahead > 0.005:
+                sender.producer.poll(0)
+                time.sleep(ahead)
+            if now >= next_sample:
+                next_sample = now + 0.5
+                behind.append(sent - (workers.records() - before))
+    elapsed = time.perf_counter() - t0
+    decoded, cpu = workers.records() - before, workers.cpu_s() - cpu0
+    sender.flush(60)
+    hangs.join()
+    decoded -= result.get("hang_job_records", 0)  # all sent by then: the flood's share
+    return {"load_offered_per_s": round(offered), "load_s": round(elapsed, 1), "load_passes": passes,
+            "load_sent_per_s": round(sent / elapsed), "load_decoded_per_s": round(decoded / elapsed),
+            "load_worker_cpu_per_s": round(cpu / elapsed, 2),
+            "load_behind_max_records": max(behind, default=0),
+            "load_behind_last_records": behind[-1] if behind else 0, **result}
 
 
 def paced_hangs(s: Settings, watch: AlertWatch, quick: bool) -> dict:
@@ -413,7 +501,8 @@ def paced_hangs(s: Settings, watch: AlertWatch, quick: bool) -> dict:
         threshold = float(inc["evidence"].get("threshold_s", s.hang_floor_s))
         beyond.append(arrived - (truth["at_ns"] / 1e9 + threshold))
         culprit_ok += inc["culprit_ranks"] == truth["ranks"]
-    out = {"hangs": n_jobs, "hangs_alerted": n_jobs - missed, "culprit_right": culprit_ok}
+    out = {"hangs": n_jobs, "hangs_alerted": n_jobs - missed, "culprit_right": culprit_ok,
+           "hang_job_records": sum(sim.stats.records for sim in sims)}
     if beyond:
         out["delay_beyond_threshold_p50_s"] = round(float(np.percentile(beyond, 50)), 2)
         out["delay_beyond_threshold_p99_s"] = round(float(np.percentile(beyond, 99)), 2)
@@ -421,14 +510,14 @@ def paced_hangs(s: Settings, watch: AlertWatch, quick: bool) -> dict:
     return out
 
 
-def live(settings: Settings, quick: bool) -> list[dict]:
+def live(settings: Settings, quick: bool, offered: float) -> list[dict]:
     from commwatch.embedded import EmbeddedBroker
 
     with tempfile.TemporaryDirectory(prefix="cw-bench-") as d:
         broker = EmbeddedBroker(log_path=Path(d) / "broker.log").start()
         try:
             s = settings.replace(kafka_bootstrap=broker.bootstrap, data_dir=d)
-            return [live_run(s, count, quick, Path(d)) for count in (1, 2)]
+            return [live_run(s, count, quick, Path(d), offered) for count in (1, 2)]
         finally:
             broker.stop()
 
@@ -444,7 +533,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                     "startup": startup_run(settings),
                     "bounded": bounded_run(settings, 600.0, 1.5 if args.quick else 6.0)}
     if not args.skip_live:
-        result["live"] = live(settings, args.quick)
+        result["live"] = live(settings, args.quick, args.load)
     if args.json:
         print(json.dumps(result))
     else:
@@ -474,12 +563,20 @@ def print_table(res: dict) -> None:
           f"({b['short']['records']} records), {b['long']['retained_kb']} KiB after {b['long']['sim_s']:g} s "
           f"({b['long']['records']} records): x{b['long_over_short']}")
     if "live" in res:
-        print("\nlive pipeline, embedded broker")
-        cols = ("workers", "partitions", "ready_s", "records", "records_decoded", "end_to_end_s", "records_per_s", "hangs",
-                "hangs_alerted", "culprit_right", "delay_beyond_threshold_p50_s", "delay_beyond_threshold_p99_s")
-        print("  ".join(f"{c}" for c in cols))
-        for row in res["live"]:
-            if "error" in row:
-                print(f"{row['workers']} worker(s): {row['error']}")
-                continue
-            print("  ".join(f"{row.get(c, '-')!s:>{len(c)}}" for c in cols))
+        print("\nlive pipeline, embedded broker: a flood sent as fast as the producer goes")
+        table(res["live"], ("workers", "partitions", "ready_s", "records", "records_decoded", "produce_s", "end_to_end_s",
+                            "records_per_s"))
+        print("\nat load: hang jobs paced at wall-clock speed while flood records are offered at a set rate "
+              "(behind: records offered and not yet decoded)")
+        table(res["live"], ("workers", "load_offered_per_s", "load_s", "load_sent_per_s", "load_decoded_per_s",
+                            "load_worker_cpu_per_s", "load_behind_max_records", "load_behind_last_records", "hangs", "hangs_alerted",
+                            "culprit_right", "delay_beyond_threshold_p50_s", "delay_beyond_threshold_p99_s"))
+
+
+def table(rows: list[dict], cols: tuple[str, ...]) -> None:
+    print("  ".join(cols))
+    for row in rows:
+        if "error" in row:
+            print(f"{row['workers']} worker(s): {row['error']}")
+            continue
+        print("  ".join(f"{row.get(c, '-')!s:>{len(c)}}" for c in cols))
