@@ -1,14 +1,18 @@
-"""The live pipeline as one faust app around the detector core: a comm half and a job agent.
+"""The live pipeline: one faust app (service, timers, producer of incidents) around the
+detector core, with two halves that each read their topics a poll at a time
+(`streams/poll_reader.py`: aiokafka in the worker's event loop, one consumer group each).
 
 - comm half: `cw.calls.v1` + `cw.progress.v1` (key `{job}/{comm}`) -> `CommStage` ->
   reports on `cw.internal.reports.v1` (key `{job}`); its window reports also go to
   `cw.internal.windows.v2` (one message per window) for the ClickHouse sink, both produced
-  with librdkafka (`streams/report_out.py`). The input topics carry
-  nearly every message, so they are read a poll at a time by `CommReader` (aiokafka in the
-  worker's event loop, its own consumer group), not event by event through faust: one
-  validation pass over a poll's call batches, the detector fed at once.
-- `job` agent: reports + `cw.topology.v1` + `cw.steps.v1` + `cw.hw.v1` (key `{job}`) ->
-  `JobStage` -> incidents on `cw.alerts.v1` (key `{job}`).
+  with librdkafka (`streams/report_out.py`). One validation pass over a poll's call
+  batches, the detector fed at once.
+- job half: reports + `cw.topology.v1` + `cw.steps.v1` + `cw.hw.v1` (key `{job}`, partitions
+  by range: all of a job on one worker) -> `JobStage` -> incidents on `cw.alerts.v1`.
+
+Neither goes through faust's per-event agents: each message cost ~190 us there, and each
+hop a turn of the loop; a worker busy with calls starved faust's job agent until no alert
+came at all. The halves alternate poll by poll.
 
 A message that does not decode goes to `cw.deadletter.v1` unchanged with its reason
 (`streams/deadletter.py`), is counted, and the stream goes on.
@@ -47,13 +51,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 import faust
+from faust.app.base import BootStrategy
 
 from commwatch import messages, topics
 from commwatch.capture import Message
 from commwatch.decode import CallBatch, decode_message, decode_messages
 from commwatch.metrics import StreamMetrics
 from commwatch.settings import Settings
-from commwatch.streams.comm_reader import CommReader
+from commwatch.streams.poll_reader import PollReader
 from commwatch.streams.deadletter import error_headers
 from commwatch.streams.ledger import AlertLedger
 from commwatch.streams.liveness import Liveness, TopicKeeper
@@ -292,17 +297,21 @@ def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None
         web_enabled=False,
     )
 
+    # faust's consumer is not started: the halves read with their own clients (no faust agent)
+    app.boot_strategy = BootStrategy(app, enable_kafka_consumer=False)
+
     def topic(*names: str) -> Any:
         return app.topic(*names, key_type=bytes, value_type=bytes, key_serializer="raw",
                          value_serializer="raw", allow_empty=True)
 
-    job_in = topic(t.name(REPORTS), t.topology, t.steps, t.hw)
     alerts_out = topic(t.alerts)
     health_out = topic(t.name(topics.HEALTH))
     deadletter_out = topic(t.deadletter)
-    processed: dict[Any, int] = {}
     assigned_at: dict[Any, float] = {}
-    reader = CommReader(settings, [t.calls, t.progress], broker_credentials(settings))
+    creds = broker_credentials(settings)
+    reader = PollReader(settings, [t.calls, t.progress], creds, group="commwatch-comm")
+    job_reader = PollReader(settings, [t.name(REPORTS), t.topology, t.steps, t.hw], creds, group="commwatch-job",
+                            by_range=True)
     report_out = ReportOut(settings)
 
     # Published messages carry their event time as the Kafka timestamp, like every input.
@@ -326,40 +335,20 @@ def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None
                 alerts_out.send_soon(**kw)
 
     async def dead_letter(m: Any, err: WireError, timestamp: float) -> None:
-        """`m`: a faust message or an aiokafka record (topic, partition, offset, key, value)."""
+        """`m`: an aiokafka record (topic, partition, offset, key, value)."""
         pipeline.dead(err)
         log.debug("dead-letter %s[%d]@%d: %s", m.topic, m.partition, m.offset, err)
         await deadletter_out.send(key=m.key, value=m.value, timestamp=timestamp,
                                   headers=error_headers(err, m.topic, m.partition, m.offset))
 
-    def kafka_message(event: Any) -> tuple[str, Message, Any]:
-        m = event.message
-        processed[m.tp] = m.offset
-        base = t.base(m.topic)
-        return base, to_message(base, m.key, int(m.timestamp * 1e9), m.value), m.tp
-
-    async def consume(stream: Any, handle: Callable[..., list[dict]],
-                      publish: Callable[[list[dict]], Any]) -> None:
-        """Decode and handle each event; a bad one is dead-lettered and the stream goes on."""
-        async for event in stream.events():
-            try:
-                base, msg, tp = kafka_message(event)
-                out = handle(base, msg, tp)
-            except WireError as err:
-                await dead_letter(event.message, err, event.message.timestamp)
-                continue
-            finally:
-                liveness.beat("consume")
-            await publish(out)
-
     @app.task
     async def comm_half() -> None:
-        """Calls and progress, a poll at a time (`CommReader`): one validation pass over its
+        """Calls and progress, a poll at a time (`PollReader`): one validation pass over its
         call batches, the detector fed at once, one publication of its reports. It starts
-        once faust's consumer has partitions (or after `STARTUP_GRACE_S`): read alone, a
-        backlog would be judged before the job half could see its jobs."""
+        once the job half's reader has partitions (or after `STARTUP_GRACE_S`): read alone,
+        a backlog would be judged before the job half could see its jobs."""
         began = time.monotonic()
-        while not app.consumer.assignment() and time.monotonic() - began < STARTUP_GRACE_S:
+        while not job_reader.assignment() and time.monotonic() - began < STARTUP_GRACE_S:
             await asyncio.sleep(0.1)
         try:
             while True:
@@ -390,9 +379,28 @@ def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None
             if left:
                 log.warning("%d stage-1 report or window message(s) left undelivered at stop", left)
 
-    @app.agent(job_in, name="job")
-    async def job_agent(stream: Any) -> None:
-        await consume(stream, pipeline.job_message, publish_incidents)
+    @app.task
+    async def job_half() -> None:
+        """Reports, topology, steps and hw, a poll at a time (`PollReader`, partitions by
+        range: all of a job's on this worker), each message handled in partition order; a bad
+        one is dead-lettered and the others go on; one publication of the poll's incidents."""
+        try:
+            while True:
+                polled = await job_reader.poll()
+                liveness.beat("consume")
+                out: list[dict] = []
+                for tp, records in polled:
+                    base = t.base(tp.topic)
+                    for r in records:
+                        try:
+                            out.extend(pipeline.job_message(
+                                base, to_message(base, r.key, r.timestamp * 1_000_000, r.value), tp))
+                        except WireError as err:
+                            await dead_letter(r, err, r.timestamp / 1000)
+                if out:
+                    await publish_incidents(out)
+        finally:
+            await job_reader.stop()
 
     async def lag_of(names: set[str]) -> tuple[dict[Any, int], bool]:
         """Messages behind the partition end, per assigned partition of `names`, after the
@@ -402,7 +410,8 @@ def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None
         Nothing assigned yet counts as unread too."""
         lags, unread = {}, False
         mono = time.monotonic()
-        for consumer, done in ((app.consumer, processed), (reader, reader.processed)):
+        for consumer in (job_reader, reader):
+            done = consumer.processed
             for tp in consumer.assignment():
                 if tp.topic not in names:
                     continue
@@ -419,8 +428,8 @@ def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None
                     lags[tp] = 0
                 else:
                     lags[tp] = max(0, high - (last + 1))
-        if not reader.assignment() and mono - pipeline.started < STARTUP_GRACE_S:
-            unread = True  # the comm reader's group has not assigned it yet: a partial view
+        if not (reader.assignment() and job_reader.assignment()) and mono - pipeline.started < STARTUP_GRACE_S:
+            unread = True  # a reader's group has not assigned it partitions yet: a partial view
         return lags, unread or not lags  # nothing assigned yet: nothing is known
 
     lag_state = {"at": 0.0}
@@ -429,7 +438,7 @@ def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None
     async def tick() -> None:
         liveness.beat("tick")
         lags, unread = await lag_of({t.calls, t.progress, t.name(REPORTS), t.topology, t.steps, t.hw})
-        assignment = set(app.consumer.assignment()) | reader.assignment()
+        assignment = job_reader.assignment() | reader.assignment()
         liveness.assigned(((tp.topic, tp.partition) for tp in assignment), sum(lags.values()), unread)
         if keeper is not None:
             keeper.poll()

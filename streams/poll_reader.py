@@ -1,21 +1,27 @@
-"""The comm half's input: `cw.calls.v1` and `cw.progress.v1` read in polls straight from
-Kafka with aiokafka (the client faust itself runs on), in the worker's own event loop.
+"""The worker's input, read in polls straight from Kafka with aiokafka (the client faust
+itself runs on), in the worker's own event loop: one reader for each half.
+
+- comm half: `cw.calls.v1` and `cw.progress.v1`, consumer group `<prefix>commwatch-comm`;
+- job half: `cw.internal.reports.v1`, `cw.topology.v1`, `cw.steps.v1` and `cw.hw.v1`, group
+  `<prefix>commwatch-job`, partitions assigned by range: the same partition number of each
+  topic goes to the same worker, so a job (key `{job}`, one partitioner everywhere) has its
+  reports, topology, steps and hw on one worker.
 
 faust hands every message to its agents as one event (conductor, queues, sensors, a task
 switch): about 190 us per message on the project's 2-core VM, more than the detector spends
-on it. These two topics carry nearly all of a job's messages, so the worker reads them in
-polls of up to `POLL_MAX` records (about 9 us per message with decoding) and gives each
-poll to the detector at once; faust keeps the job half (reports, topology, steps, hw).
+on it, and each hop needs a turn of the event loop. A worker busy with calls left faust's
+job agent so few turns that, under a 200k records/s load, it read 53 report bundles in a
+minute and alerted nothing. A poll here returns up to `POLL_MAX` records (about 9 us per
+message with decoding), is handled at once, and gives the loop a turn before the next:
+the two halves alternate poll by poll, neither starves the other.
 
-The reader is its own consumer group (`<prefix>commwatch-comm`): workers share the
-partitions of both topics among themselves exactly as faust's group shares the others.
 Offsets are committed after the records are processed (every `COMMIT_EVERY_S`), so a
 worker that dies re-reads at most that much. A failure of the client (the broker gone,
 a rebalance that could not complete) closes it, is logged, and a new one is started after
 `RETRY_S`: the reader never ends while the worker runs.
 
 >>> from commwatch.settings import Settings
->>> CommReader(Settings.load(env={}), ["cw.calls.v1", "cw.progress.v1"]).group
+>>> PollReader(Settings.load(env={}), ["cw.calls.v1", "cw.progress.v1"], group="commwatch-comm").group
 'commwatch-comm'
 """
 
@@ -36,15 +42,19 @@ COMMIT_EVERY_S = 1.0
 RETRY_S = 1.0
 
 
-class CommReader:
-    """One aiokafka consumer of the comm topics: `poll()` the records read, `processed` the
-    last offset handed out per partition, `assignment()`, `highwater(tp)`, `position(tp)`."""
+class PollReader:
+    """One aiokafka consumer of `names` in consumer group `group` (with the topic prefix):
+    `poll()` the records read, `processed` the last offset handed out per partition,
+    `assignment()`, `highwater(tp)`, `position(tp)`. `by_range`: partitions assigned by range
+    (the same partition numbers of every topic to one member)."""
 
-    def __init__(self, settings: Settings, names: list[str], credentials: Any = None):
+    def __init__(self, settings: Settings, names: list[str], credentials: Any = None, *, group: str,
+                 by_range: bool = False):
         self.settings = settings
         self.names = names
         self.credentials = credentials
-        self.group = settings.topics.name("commwatch-comm")
+        self.group = settings.topics.name(group)
+        self.by_range = by_range
         self.consumer: Any = None
         self.processed: dict[Any, int] = {}
         self._committed_at = 0.0
@@ -52,6 +62,8 @@ class CommReader:
 
     async def start(self) -> None:
         from aiokafka import AIOKafkaConsumer
+        from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+        from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
         from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
         s = self.settings
@@ -69,6 +81,7 @@ class CommReader:
             max_partition_fetch_bytes=max(s.max_message_bytes + 4096, 4_194_304),
             fetch_max_bytes=max(s.max_message_bytes + 4096, 52_428_800),
             metadata_max_age_ms=5000,  # topics re-created after a broker restart are found soon
+            partition_assignment_strategy=(RangePartitionAssignor if self.by_range else RoundRobinPartitionAssignor,),
             **credentials_to_aiokafka_auth(self.credentials),
         )
         await self.consumer.start()
@@ -80,7 +93,7 @@ class CommReader:
             try:
                 await consumer.stop()
             except Exception:  # noqa: BLE001 - a client that failed may fail to stop too
-                log.debug("comm reader: stopping the consumer failed", exc_info=True)
+                log.debug("reader %s: stopping the consumer failed", self.group, exc_info=True)
 
     async def poll(self) -> list[tuple[Any, list]]:
         """The records of one poll per partition: [(topic partition, records)], each record
@@ -98,15 +111,16 @@ class CommReader:
             raise
         except Exception as exc:  # noqa: BLE001 - see the docstring
             self.failures += 1
-            log.warning("comm reader: %s: %s; restarting its consumer in %g s", type(exc).__name__, exc, RETRY_S)
+            log.warning("reader %s: %s: %s; restarting its consumer in %g s", self.group, type(exc).__name__, exc,
+                        RETRY_S)
             await self.stop()
             await asyncio.sleep(RETRY_S)
             return []
         out = [(tp, records) for tp, records in got.items() if records]
         for tp, records in out:
             self.processed[tp] = records[-1].offset
-        # records already fetched come back without the poll ever suspending: under load the
-        # comm half would keep the loop, and faust's job half, timers and producer would starve
+        # records already fetched come back without the poll ever suspending: under load one
+        # half would keep the loop, and the other, the timers and the producers would starve
         await asyncio.sleep(0)
         return out
 
@@ -118,7 +132,7 @@ class CommReader:
         try:
             await self.consumer.commit()
         except (CommitFailedError, IllegalStateError, RebalanceInProgressError) as exc:
-            log.info("comm reader: commit skipped (%s)", type(exc).__name__)
+            log.info("reader %s: commit skipped (%s)", self.group, type(exc).__name__)
 
     def assignment(self) -> set:
         return set(self.consumer.assignment()) if self.consumer is not None else set()

@@ -1,4 +1,4 @@
-"""The comm half's reader keeps its client through a commit refused by a rebalance, and
+"""A half's reader keeps its client through a commit refused by a rebalance, and
 restarts it on any other failure. The client is scripted here: a rebalance cannot be timed
 in a test (the worker drills run the real client on the real broker)."""
 
@@ -7,12 +7,12 @@ import asyncio
 from aiokafka.errors import CommitFailedError, KafkaConnectionError
 
 from commwatch.settings import Settings
-from commwatch.streams import comm_reader
-from commwatch.streams.comm_reader import CommReader
+from commwatch.streams import poll_reader
+from commwatch.streams.poll_reader import PollReader
 
 
 class ScriptedClient:
-    """What `CommReader` calls of an aiokafka consumer: commit fails as told, getmany returns
+    """What `PollReader` calls of an aiokafka consumer: commit fails as told, getmany returns
     one record of partition `tp`."""
 
     def __init__(self, commit_error=None, poll_error=None):
@@ -39,7 +39,7 @@ def _poll(reader):
 
 
 def test_a_commit_refused_by_a_rebalance_keeps_the_client():
-    reader = CommReader(Settings.load(env={}), ["cw.calls.v1"])
+    reader = PollReader(Settings.load(env={}), ["cw.calls.v1"], group="commwatch-comm")
     client = reader.consumer = ScriptedClient(commit_error=CommitFailedError("rebalanced"))
     got = _poll(reader)
     assert client.commits == 1 and client.stops == 0 and reader.consumer is client
@@ -48,8 +48,8 @@ def test_a_commit_refused_by_a_rebalance_keeps_the_client():
 
 
 def test_any_other_failure_closes_the_client_for_a_new_one(monkeypatch):
-    monkeypatch.setattr(comm_reader, "RETRY_S", 0.0)
-    reader = CommReader(Settings.load(env={}), ["cw.calls.v1"])
+    monkeypatch.setattr(poll_reader, "RETRY_S", 0.0)
+    reader = PollReader(Settings.load(env={}), ["cw.calls.v1"], group="commwatch-comm")
     client = reader.consumer = ScriptedClient(poll_error=KafkaConnectionError("broker gone"))
     assert _poll(reader) == []
     assert client.stops == 1 and reader.consumer is None and reader.failures == 1
@@ -59,7 +59,7 @@ def test_a_poll_gives_the_loop_a_turn_when_records_are_ready_at_once():
     """Fetched records come back without the client's getmany ever suspending (the scripted
     client does the same): under load, polls back to back would keep the event loop, and
     the worker's job half, timers and producer (tasks of the same loop) would never run."""
-    reader = CommReader(Settings.load(env={}), ["cw.calls.v1"])
+    reader = PollReader(Settings.load(env={}), ["cw.calls.v1"], group="commwatch-comm")
     reader.consumer = ScriptedClient()
     reader._committed_at = float("inf")  # no commit due
     turns = []
