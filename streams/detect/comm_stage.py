@@ -158,10 +158,14 @@ class CommStage:
         else:
             out = self._flush(st, now_ns) if st.pending else []
             st.apply_progress(hb, now_ns if stamp is None else stamp)
+        # when the node was heard from: its heartbeat's own event time, not the job's now (a
+        # poll read at once moves the job's clock to its newest message first: a node whose
+        # heartbeat came early in it would seem seconds younger than the others, and they lost)
+        at = now_ns if stamp is None else stamp
         last = self._node_seen.get((job, node), 0)
-        if now_ns - last >= self.settings.heartbeat_period_s * 1e9 * 0.9:
-            self._node_seen[(job, node)] = now_ns
-            out.append({"type": "node", "job": job, "ts_ns": int(now_ns), "node": node,
+        if at - last >= self.settings.heartbeat_period_s * 1e9 * 0.9:
+            self._node_seen[(job, node)] = at
+            out.append({"type": "node", "job": job, "ts_ns": int(at), "node": node,
                         "ranks": sorted(r["rank"] for r in hb["ranks"])})
         return out
 

@@ -236,3 +236,14 @@ def test_a_backlog_read_one_partition_ahead_of_another_loses_no_instance(setting
     live.comm_tick(msgs[-1].ts_ns + 1)
     assert live.stats["records"] > 500_000 // 5
     assert live.drops() == {}
+
+
+def test_a_node_is_heard_from_at_its_heartbeats_time_not_the_jobs_now(settings):
+    """A poll read at once moves the job's clock to its newest message before its messages
+    are fed: a heartbeat early in it was dated seconds late, so its node seemed that much
+    younger than the others (a worker behind on a job reported those lost, and at once not)."""
+    stage = CommStage(settings)
+    hb = _heartbeat(T0, 1)
+    got = stage.feed(hb, decode_message(hb), T0 + 4 * S)  # read when the job's clock is 4 s on
+    nodes = [r for r in got if r["type"] == "node"]
+    assert [(r["node"], r["ts_ns"]) for r in nodes] == [("n0", T0)]
