@@ -27,7 +27,7 @@ Three measurements, printed as a table (JSON with --json):
 The simulated node agents batch calls as `COMMWATCH_AGENT_FLUSH_S` says (0.1 s by default;
 `--set agent_flush_s=1.0` measures the replay and the live flood with 1 s batches).
 
---quick takes about two minutes (plus up to two more when a worker group never starts
+--quick takes about three minutes (plus up to two more when a worker group never starts
 consuming: that run is reported as an error row, not timed).
 """
 
@@ -71,7 +71,7 @@ CALLS_PER_RANK_S = 145  # what the simulator's default job issues (measured), to
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true",
-                   help="small sizes: about 2 minutes (up to 2 more if a worker group fails to start)")
+                   help="small sizes: about 3 minutes (up to 2 more if a worker group fails to start)")
     p.add_argument("--ranks", help="comma-separated job sizes for the replay part (1024, 8192, 32768)")
     p.add_argument("--records", type=float, help="call records per replay run (sets the simulated seconds)")
     p.add_argument("--load", type=float, default=3e5,
@@ -429,9 +429,9 @@ def under_load(s: Settings, watch: AlertWatch, workers: Workers, offered: float,
     delays at that load, the records/s the workers decoded meanwhile, their CPU, and how far
     they fell behind (records offered and not yet decoded, sampled every 0.5 s; the hang
     jobs' own records, a few thousand a second, are not counted as offered). The job is
-    generated beforehand for `LOAD_S` at that rate (not timed); should the window last
-    longer, it is sent again as another job (`load_passes`)."""
-    sim_s = round(offered * LOAD_S / (64 * CALLS_PER_RANK_S))
+    generated beforehand for `LOAD_S` at that rate (half with --quick; not timed); should the
+    window last longer, it is sent again as another job (`load_passes`)."""
+    sim_s = round(offered * (LOAD_S / 2 if quick else LOAD_S) / (64 * CALLS_PER_RANK_S))
     flood = list(simulate(JobSpec(job="loads", tp=8, pp=2, dp=4, duration_s=sim_s, batch_s=s.agent_flush_s,
                                   start_ns=time.time_ns() - int((sim_s + 5) * 1e9))).messages())
     counts = [_records_in(m) for m in flood]
