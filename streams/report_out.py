@@ -5,9 +5,9 @@ Not through faust's producer: faust hands its buffer to the client one message p
 and the comm half, busy with polls, leaves the loop few turns. Under a 200k records/s load
 its buffer held 60-68k messages and stage-1 reports reached the job half minutes late, if
 at all: no hang of another job was alerted. librdkafka batches in its own thread; a
-`produce` is a few microseconds and never waits on the loop. A full local queue (the
-broker gone, or slower than the worker) waits here, off the loop, until it drains: reports
-are never dropped (the job half needs each of them). Keys are `{job}` with the same
+`produce` is a few microseconds and never waits on the loop. With its local queue full
+(the broker gone, or slower than the worker) the comm half waits here, sleeping, so the
+loop runs on, until it drains: reports are never dropped (the job half needs each of them). Keys are `{job}` with the same
 partitioner as faust's (`commwatch.kafka.producer`): a job's reports land on the partition
 its topology, steps and hw come in on.
 """
@@ -39,6 +39,9 @@ def bundles(reports: list[dict]) -> list[dict]:
 
 
 class ReportOut:
+    """`publish(reports)` (awaited: backpressure), `failed()` (undelivered, logged once each),
+    `close()` (deliver what is queued)."""
+
     def __init__(self, settings: Settings):
         # Never create a topic: a broker that restarted empty would make the reports topic
         # with its default partition count before the worker (`TopicKeeper`) re-creates it
