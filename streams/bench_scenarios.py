@@ -206,13 +206,22 @@ def jobmodel_cases() -> list[Case]:
     out: list[Case] = []
 
     def add(name: str, layout: tuple[int, int, int], *, quick: bool = False, control: str = "", tail_s: float = 0.0,
-            faults: Callable[[int, int], tuple] = lambda world, seed: (), **kw) -> None:
+            faults: Callable[[int, int], tuple] = lambda world, seed: (), arrival: bool = False, **kw) -> None:
         seed = len(out) + 1
         tp, pp, dp = layout
 
         def build() -> Built:
             cfg = jm.JobConfig(job=f"m{seed}", tp=tp, pp=pp, dp=dp, seed=seed, faults=faults(tp * pp * dp, seed), **kw)
-            return _built([jm.run_job(cfg)], [control], tail_s)
+            run = jm.run_job(cfg)
+            built = _built([run], [control], tail_s)
+            if arrival:  # as a live worker receives them (a capture sorted by ts_ns would not be)
+                built.messages, built.received_ns = map(list, zip(*jm.merge_received([run])))
+                # delays on the job's clock: its now is its newest stamp, from the node whose
+                # clock runs furthest ahead (seconds, where clocks are not kept in sync)
+                ahead = round((max(c.offset_s for c in run.clocks) - cfg.job_clock_offset_s) * S)
+                for t in built.truth:
+                    t["onset_ns"] += ahead
+            return built
 
         out.append(Case(f"jm/{name}-{tp}x{pp}x{dp}", "jobmodel", build, quick, tp * pp * dp,
                         (control,) if control else ()))
@@ -312,6 +321,16 @@ def jobmodel_cases() -> list[Case]:
     for lay, gpn in ((L32, 4), (L16, 2)):
         add("slow-link-p2p", lay, quick=lay == L16, probe="gpu", duration_s=40.0, gpus_per_node=gpn,
             faults=lambda w, s: (jm.SlowLink(2, 3, 3.0, at_s=15.0),))
+    # node clocks seconds apart (no time sync), received as a live worker receives them: a node
+    # whose clock runs behind is not silent, nor are the others when one runs ahead
+    skewed = dict(arrival=True, clock_offset_ms=(2000.0, 6000.0))
+    add("skewed-node-clocks", L16, quick=True, control="skewed", duration_s=45.0, **skewed)
+    add("skewed-node-clocks", L64, control="skewed", duration_s=40.0, probe="enqueue", **skewed)
+    add("hang-skewed-node-clocks", L16, duration_s=45.0, faults=lambda w, s: (jm.HostHang(pick(w, s), 18.0),), **skewed)
+    add("node-lost-skewed-node-clocks", L16, duration_s=40.0, faults=lambda w, s: (jm.AgentSilent(node=1, at_s=15.0),),
+        **skewed)
+    add("slow1.6-skewed-node-clocks", L16, duration_s=50.0, faults=lambda w, s: (jm.SlowGpu(pick(w, s), 1.6, 15.0),),
+        **skewed)
     return out
 
 

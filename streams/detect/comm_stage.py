@@ -29,6 +29,7 @@ Time: every method takes the job's own now (`now_of(job)`), never another job's.
 
 from __future__ import annotations
 
+import struct
 from typing import Callable
 
 import numpy as np
@@ -37,8 +38,11 @@ from commwatch import wire
 from commwatch.decode import CallBatch
 from commwatch.settings import Settings
 from commwatch.streams.detect.comm_state import CommState
+from commwatch.streams.detect.node_lag import NodeLags
 from commwatch.streams.detect.windows import p2p_reports, window_report
 
+_RANK = struct.Struct("<i")  # a batch's first record's rank (all its records are of one node)
+_RANK_AT = wire.BATCH_HEADER_SIZE + wire.RECORD_DTYPE.fields["rank"][1]
 TICK_NS = 500_000_000
 FLUSH_RECORDS = 8192
 TICK_FLUSH_RECORDS = 1024  # at a tick, a comm's pending records are applied once this many...
@@ -68,6 +72,8 @@ class CommStage:
         self.settings = settings
         self.comms: dict[tuple[str, int], CommState] = {}
         self._node_seen: dict[tuple[str, str], int] = {}
+        self._node_lags = NodeLags()
+        self.ref_ns: int | None = None  # when the messages being fed were received (None: not known)
         self._waiting: set[tuple[str, int]] = set()
         self._comm_reported: dict[tuple[str, int], int] = {}
         self._dirty: set[tuple[str, int]] = set()
@@ -111,11 +117,18 @@ class CommStage:
         `FLUSH_RECORDS` are pending), so the per-batch numpy overhead is paid rarely."""
         key = (batch.job, batch.comm)
         st = self.comms.get(key) or self.state(batch.job, batch.comm)
-        st.last_seen_ns = max(st.last_seen_ns, now_ns if stamp is None else stamp)
+        stamp = now_ns if stamp is None else stamp
+        if self.ref_ns is not None and batch.count:  # on the job's clock (`node_lag.py`): a batch
+            # holds the calls of one node's ranks; its first rank stands for its node's clock
+            rank = _RANK.unpack_from(batch.value, _RANK_AT)[0]
+            skew = self._node_lags.skew(batch.job, rank, self.ref_ns - stamp, self.ref_ns)
+            if skew:
+                stamp = min(stamp + skew, now_ns)
+        st.last_seen_ns = max(st.last_seen_ns, stamp)
         if not st.pending:
             st.pending_since = now_ns
             self._dirty.add(key)
-        st.pending.append((batch.value, now_ns if stamp is None else stamp, batch.count))
+        st.pending.append((batch.value, stamp, batch.count))
         st.pending_n += batch.count
         if st.pending_n >= FLUSH_RECORDS or (not st.p2p_only and st.pending_n >= st.rows * st.n // 2):
             # the second: the pending calls may span half the comm's instance ring (a backlog
@@ -149,19 +162,24 @@ class CommStage:
     def feed_progress(self, hb: dict, now_ns: int, stamp: int | None = None) -> list[dict]:
         job, node = hb["job"], hb["node"]
         st = self.state(job, int(hb["comm"], 16))
-        st.last_seen_ns = max(st.last_seen_ns, now_ns if stamp is None else stamp)
+        stamp = now_ns if stamp is None else stamp
+        # when the node was heard from and its ranks made progress: its heartbeat's own time,
+        # not the job's now (a poll read at once moves the job's clock to its newest message
+        # first: a node whose heartbeat came early in it would seem seconds younger than the
+        # others, and they lost), moved on by how far its clock runs behind the job's
+        # (`node_lag.py`: else a node whose clock is seconds behind seems silent, or all the
+        # others do when one runs ahead); call batches are moved on alike (`feed_calls`)
+        skew = 0 if self.ref_ns is None else self._node_lags.skew(job, node, self.ref_ns - stamp, self.ref_ns)
+        at = stamp = min(stamp + skew, now_ns)
+        st.last_seen_ns = max(st.last_seen_ns, at)
         out: list[dict] = []
         if st.pending and len(st.pending_hb) < MAX_PENDING_HB and (
                 now_ns - st.flushed_ns < HB_FLUSH_GAP_NS or not self._report_due(st, now_ns)):
             # records first (they are older): the heartbeat waits for the comm's next flush
-            st.pending_hb.append((hb, now_ns if stamp is None else stamp))
+            st.pending_hb.append((hb, stamp))
         else:
             out = self._flush(st, now_ns) if st.pending else []
-            st.apply_progress(hb, now_ns if stamp is None else stamp)
-        # when the node was heard from: its heartbeat's own event time, not the job's now (a
-        # poll read at once moves the job's clock to its newest message first: a node whose
-        # heartbeat came early in it would seem seconds younger than the others, and they lost)
-        at = now_ns if stamp is None else stamp
+            st.apply_progress(hb, stamp)
         last = self._node_seen.get((job, node), 0)
         if at - last >= self.settings.heartbeat_period_s * 1e9 * 0.9:
             self._node_seen[(job, node)] = at
@@ -248,6 +266,8 @@ class CommStage:
             self._drop(key)
         for key in [k for k, ts in self._node_seen.items() if k[0] == job and now_ns - ts >= idle]:
             del self._node_seen[key]
+        self._node_lags.keep(job, {k[1] for k in self._node_seen if k[0] == job}
+                             | {r for k in self.by_job.get(job, ()) for r in self.comms[k].rank_of.tolist()})
         if not keys:
             self.forget_job(job)
 
@@ -268,6 +288,7 @@ class CommStage:
             self._waiting.discard(key)
         for key in [k for k in self._node_seen if k[0] == job]:
             del self._node_seen[key]
+        self._node_lags.forget(job)
         self._job_tick.pop(job, None)
         self._last_prune.pop(job, None)
 

@@ -166,6 +166,7 @@ class Detector:
         Per job: its clock observes the messages at once, stage 1 buffers them in order (a
         comm's batches are folded in together at its next flush) and ticks once if due."""
         self.stats["messages"] += len(msgs)
+        self.comm_stage.ref_ns = ref_ns  # node clocks' lags are learnt against it (`node_lag.py`)
         by_job: dict[str, tuple[list, list]] = {}
         records = 0
         for msg, d in zip(msgs, decoded):
@@ -212,6 +213,7 @@ class Detector:
         without grouping a poll by job)."""
         self.stats["messages"] += 1
         self.stats["records"] += batch.count
+        self.comm_stage.ref_ns = ref_ns
         self.comm_clocks.observe(batch.job, msg.ts_ns, ref_ns)
         out = self._comm_job(batch.job, self._feed_batch, (msg, batch), ref_ns)
         return self._kept(out) if out else out

@@ -67,6 +67,7 @@ class JobState:
     world_size: int = 0
     node_ranks: dict[str, set] = field(default_factory=dict)
     node_seen: dict[str, int] = field(default_factory=dict)
+    node_joined_ns: int = 0  # when a node was last heard for the first time
     waits: dict[str, dict] = field(default_factory=dict)
     comms: dict[str, dict] = field(default_factory=dict)
     members: dict[str, set] = field(default_factory=dict)
@@ -124,6 +125,8 @@ class JobStage:
             js.comms[rep["comm"]] = rep
             js.members[rep["comm"]] = set(rep["members"])
         elif t == "node":
+            if rep["node"] not in js.node_seen:
+                js.node_joined_ns = now_ns
             js.node_seen[rep["node"]] = max(js.node_seen.get(rep["node"], 0), rep["ts_ns"])
             ranks = js.node_ranks.setdefault(rep["node"], set())
             for r in rep["ranks"]:
@@ -280,13 +283,18 @@ class JobStage:
         if not js.node_seen:
             return set()
         newest = max(js.node_seen.values())
+        # a node heard for the first time may run its clock seconds ahead: the job's now jumps,
+        # and the others seem that much more silent until their next heartbeat says how far
+        # behind their clocks run (stage 1, `node_lag.py`): none is judged lost for a period more
+        joining = now_ns - js.node_joined_ns < limit + self.settings.heartbeat_period_s * 1e9
         lost = set()
         exited = self._exited(js)
         for node, seen in sorted(js.node_seen.items()):
             ranks = sorted(js.node_ranks.get(node, ()))
             if ranks and set(ranks) <= exited:
                 continue  # its processes ended: the agent has nothing left to report
-            if now_ns - seen >= limit and newest - seen >= limit:
+            if now_ns - seen >= limit and newest - seen >= limit and (
+                    not joining or ("node_lost", node) in js.book.open):
                 lost.add(node)
                 out.extend(js.book.assert_(
                     ("node_lost", node), now_ns, kind="node_lost", severity="P0", culprit_ranks=ranks,

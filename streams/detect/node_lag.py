@@ -1,0 +1,75 @@
+"""How far behind its job a node's clock runs, learnt from when its heartbeats arrive.
+
+A job's now is its newest event time (`clock.py`). A heartbeat is dated by its node's clock,
+so a node whose clock runs 5 s behind the job's others sends heartbeats that look 5 s old on
+arrival: dated by their stamps, it would seem silent for 5 s at every moment (a P0
+`node_lost` for a healthy node; its calls would seem to wait 5 s longer than they do), and
+a node whose clock runs ahead would make every other one seem so. Dated at the job's now
+instead, a backlog read at speed would be misjudged: a poll moves the job's clock to its
+newest message before the heartbeats early in it are fed.
+
+So a heartbeat's *lag* is taken against the reference clock it was received by (the
+worker's wall clock live), not the job's: its reference time minus its stamp, the node's
+clock offset plus its way through the pipeline. A node's lag is kept as its smallest,
+forgotten at `FORGET` of the rate the reference time passes (a clock set anew is followed);
+the job's *base* is the smallest of its nodes' lags; a node's *skew* is its lag above the
+base. A clock behind shows in every heartbeat of that node from its first; a backlog in
+some heartbeats of every node (each node heartbeats every communicator, and those are spread
+over partitions), so it moves the base or nobody. Call batches are learnt from too, keyed by
+their first rank (a batch holds one node's calls), so a node's calls are on the job's clock
+from its first batch, before its first heartbeat. A skew under `SKEW_MIN_NS` is taken as
+none: clocks that agree that well are used as they are (the detectors estimate small
+offsets from the calls themselves). Replay of a capture sorted by stamp has no arrival
+times: there every lag is about 0, and stamps are used as they are.
+
+>>> lags = NodeLags()
+>>> S = 10**9
+>>> [lags.skew("j", n, lag, S) for n, lag in (("a", 0), ("b", 5 * S), ("a", S // 10), ("c", S // 10))]
+[0, 5000000000, 0, 0]
+>>> lags.skew("j", "b", 7 * S, 2 * S)        # a late one: its lag stays about its smallest
+5500000000
+"""
+
+from __future__ import annotations
+
+FORGET = 0.5
+SKEW_MIN_NS = 500_000_000
+BASE_REFRESH_NS = 1_000_000_000
+
+
+class NodeLags:
+    def __init__(self) -> None:
+        self._lag: dict[str, dict[str | int, list[int]]] = {}  # job -> node or rank -> [when, smallest lag]
+        self._base: dict[str, list[int]] = {}  # job -> [when computed, base]
+
+    def skew(self, job: str, node: str | int, lag: int, ref_ns: int) -> int:
+        """Observe one heartbeat of `node` (or call batch of rank `node`) received `lag` ns after its stamp (negative when its
+        clock runs ahead of the reference) at reference time `ref_ns`; returns how far its
+        clock runs behind the job's (>= 0; 0 under `SKEW_MIN_NS`)."""
+        nodes = self._lag.get(job)
+        if nodes is None:
+            nodes = self._lag[job] = {}
+        e = nodes.get(node)
+        if e is None:
+            e = nodes[node] = [ref_ns, lag]
+        else:
+            e[1] = min(lag, e[1] + int((ref_ns - e[0]) * FORGET))
+            e[0] = ref_ns
+        own = e[1]
+        b = self._base.get(job)
+        if b is None or ref_ns - b[0] >= BASE_REFRESH_NS:
+            b = self._base[job] = [ref_ns, min(v[1] for v in nodes.values())]
+        elif own < b[1]:
+            b[1] = own
+        return own - b[1] if own - b[1] >= SKEW_MIN_NS else 0
+
+    def keep(self, job: str, nodes: set) -> None:
+        """Forget the job's nodes and ranks not in `nodes`."""
+        have = self._lag.get(job)
+        if have:
+            for node in [n for n in have if n not in nodes]:
+                del have[node]
+
+    def forget(self, job: str) -> None:
+        self._lag.pop(job, None)
+        self._base.pop(job, None)

@@ -1,0 +1,64 @@
+"""Node clocks seconds apart within a job (no time sync), messages in arrival order.
+
+The job model (an independent generator) stamps each node's messages with its own clock, off
+by 2-6 s either way; they are fed as a live worker receives them (true send time as the
+reference). Without learning how far each node's clock runs behind (`node_lag.py`), a
+healthy job of this kind opened P0 `node_lost`, `hang` and `comm_hang` incidents (checked:
+the tests below fail with `SKEW_MIN_NS` set beyond reach).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from commwatch.decode import decode_messages
+from commwatch.producers import jobmodel as jm
+from commwatch.streams.detect import Detector, node_lag
+
+S = 1_000_000_000
+SKEWED = (2000.0, 6000.0)
+
+
+def _run(settings, **kw) -> list[dict]:
+    run = jm.run_job(jm.JobConfig(job="j", clock_offset_ms=SKEWED, gpus_per_node=4, **kw))
+    assert max(c.offset_s for c in run.clocks) - min(c.offset_s for c in run.clocks) > 2.0
+    msgs, received = zip(*jm.merge_received([run]))
+    det = Detector(settings)
+    events = det.feed_stream(list(msgs), decode_messages(list(msgs), settings.max_message_bytes), list(received))
+    return events + det.tick(received[-1] + S)
+
+
+def _paged(events: list[dict]) -> list[tuple]:
+    return sorted({(e["kind"], tuple(e["culprit_ranks"])) for e in events
+                   if e["status"] == "open" and e["severity"] in ("P0", "P1")})
+
+
+@pytest.mark.parametrize("layout,probe", [((2, 2, 4), "gpu"), ((2, 4, 8), "enqueue")])
+def test_a_healthy_job_whose_node_clocks_disagree_by_seconds_pages_nobody(settings, layout, probe):
+    tp, pp, dp = layout
+    assert _paged(_run(settings, tp=tp, pp=pp, dp=dp, probe=probe, duration_s=40.0, seed=3)) == []
+
+
+def test_a_hang_is_one_p0_naming_its_rank_and_a_silent_agent_its_node(settings):
+    hang = _run(settings, tp=2, pp=2, dp=4, duration_s=45.0, seed=4, faults=(jm.HostHang(rank=9, at_s=18.0),))
+    assert _paged(hang) == [("hang", (9,))]
+    lost = _run(settings, tp=2, pp=2, dp=4, duration_s=40.0, seed=5, faults=(jm.AgentSilent(node=1, at_s=15.0),))
+    assert _paged(lost) == [("node_lost", (4, 5, 6, 7))]
+
+
+def test_the_fix_is_what_passes(settings, monkeypatch):
+    """The drill: with skews never learnt, the healthy job pages (so the test above can fail)."""
+    monkeypatch.setattr(node_lag, "SKEW_MIN_NS", 10**15)
+    assert _paged(_run(settings, tp=2, pp=2, dp=4, probe="gpu", duration_s=40.0, seed=3)) != []
+
+
+def test_a_late_heartbeat_of_one_node_is_not_taken_for_a_skew():
+    """A backlog delays some heartbeats of every node by seconds; a clock behind, all of one
+    node's. Only the latter is a skew (a late one moves a node's by half the time since its
+    last heartbeat at most)."""
+    lags = node_lag.NodeLags()
+    for t in range(10):
+        for node in "abc":
+            late = 3 * S if (t, node) in ((4, "a"), (5, "b"), (6, "c")) else 0
+            skew = lags.skew("j", node, late + (5 * S if node == "c" else 0), t * S)
+            assert skew == (5 * S if node == "c" else 0) or late and skew <= S // 2 + (5 * S if node == "c" else 0)
