@@ -73,7 +73,6 @@ class CommStage:
         self.comms: dict[tuple[str, int], CommState] = {}
         self._node_seen: dict[tuple[str, str], int] = {}
         self._node_lags = NodeLags()
-        self.ref_ns: int | None = None  # when the messages being fed were received (None: not known)
         self._waiting: set[tuple[str, int]] = set()
         self._comm_reported: dict[tuple[str, int], int] = {}
         self._dirty: set[tuple[str, int]] = set()
@@ -118,10 +117,8 @@ class CommStage:
         key = (batch.job, batch.comm)
         st = self.comms.get(key) or self.state(batch.job, batch.comm)
         stamp = now_ns if stamp is None else stamp
-        if self.ref_ns is not None and batch.count:  # on the job's clock (`node_lag.py`): a batch
-            # holds the calls of one node's ranks; its first rank stands for its node's clock
-            rank = _RANK.unpack_from(batch.value, _RANK_AT)[0]
-            skew = self._node_lags.skew(batch.job, rank, self.ref_ns - stamp, self.ref_ns)
+        if batch.count:  # on the job's clock (`node_lag.py`): a batch holds one node's calls
+            skew = self._node_lags.skew(batch.job, _RANK.unpack_from(batch.value, _RANK_AT)[0])
             if skew:
                 stamp = min(stamp + skew, now_ns)
         st.last_seen_ns = max(st.last_seen_ns, stamp)
@@ -169,8 +166,7 @@ class CommStage:
         # others, and they lost), moved on by how far its clock runs behind the job's
         # (`node_lag.py`: else a node whose clock is seconds behind seems silent, or all the
         # others do when one runs ahead); call batches are moved on alike (`feed_calls`)
-        skew = 0 if self.ref_ns is None else self._node_lags.skew(job, node, self.ref_ns - stamp, self.ref_ns)
-        at = stamp = min(stamp + skew, now_ns)
+        at = stamp = min(stamp + self._node_lags.skew(job, node), now_ns)
         st.last_seen_ns = max(st.last_seen_ns, at)
         out: list[dict] = []
         if st.pending and len(st.pending_hb) < MAX_PENDING_HB and (
@@ -186,6 +182,24 @@ class CommStage:
             out.append({"type": "node", "job": job, "ts_ns": int(at), "node": node,
                         "ranks": sorted(r["rank"] for r in hb["ranks"])})
         return out
+
+    def learn_lags(self, msgs: list, decoded: list, ref_ns: int) -> list[int]:
+        """How far each node's clock runs behind its job's, from messages received at
+        `ref_ns` (a poll; replay: one message at its time), learnt before they are fed
+        (`node_lag.py`): heartbeats per node, call batches per first rank. Returns each
+        message's stamp on its job's clock (its own, moved on by its node's skew): what the
+        job's clock and the runs of a poll are cut by."""
+        lags = self._node_lags
+        keys = []
+        for msg, d in zip(msgs, decoded):
+            if type(d) is CallBatch:
+                key = (d.job, _RANK.unpack_from(d.value, _RANK_AT)[0]) if d.count else None
+            else:
+                key = (d["job"], d["node"]) if isinstance(d, dict) and "node" in d and "job" in d else None
+            keys.append(key)
+            if key is not None:
+                lags.observe(key[0], key[1], ref_ns - msg.ts_ns, ref_ns)
+        return [m.ts_ns + lags.skew(*k) if k is not None else m.ts_ns for m, k in zip(msgs, keys)]
 
     # ------------------------------------------------------------------------------
     def tick(self, now_of: Callable[[str], int]) -> list[dict]:

@@ -166,10 +166,11 @@ class Detector:
         Per job: its clock observes the messages at once, stage 1 buffers them in order (a
         comm's batches are folded in together at its next flush) and ticks once if due."""
         self.stats["messages"] += len(msgs)
-        self.comm_stage.ref_ns = ref_ns  # node clocks' lags are learnt against it (`node_lag.py`)
-        by_job: dict[str, tuple[list, list]] = {}
+        # node clocks (`node_lag.py`) learnt before feeding: stamps on the job's clock
+        at = self.comm_stage.learn_lags(msgs, decoded, ref_ns)
+        by_job: dict[str, tuple[list, list, list]] = {}
         records = 0
-        for msg, d in zip(msgs, decoded):
+        for msg, d, t in zip(msgs, decoded, at):
             if type(d) is CallBatch:
                 records += d.count
                 job = d.job
@@ -177,13 +178,13 @@ class Detector:
                 job = d["job"]
             run = by_job.get(job)
             if run is None:
-                run = by_job[job] = ([], [])
+                run = by_job[job] = ([], [], [])
             run[0].append(msg)
             run[1].append(d)
+            run[2].append(t)
         self.stats["records"] += records
         out: list[dict] = []
-        for job, (ms, ds) in by_job.items():
-            stamps = [m.ts_ns for m in ms]
+        for job, (ms, ds, stamps) in by_job.items():
             self.comm_clocks.observe_many(job, stamps, ref_ns)
             if len(ms) > 1 and max(stamps) >= self.comm_stage.next_tick_ns(job):
                 ms, ds = self._ticked_runs(job, ms, ds, stamps, out)
@@ -213,8 +214,7 @@ class Detector:
         without grouping a poll by job)."""
         self.stats["messages"] += 1
         self.stats["records"] += batch.count
-        self.comm_stage.ref_ns = ref_ns
-        self.comm_clocks.observe(batch.job, msg.ts_ns, ref_ns)
+        self.comm_clocks.observe(batch.job, self.comm_stage.learn_lags((msg,), (batch,), ref_ns)[0], ref_ns)
         out = self._comm_job(batch.job, self._feed_batch, (msg, batch), ref_ns)
         return self._kept(out) if out else out
 

@@ -22,11 +22,18 @@ none: clocks that agree that well are used as they are (the detectors estimate s
 offsets from the calls themselves). Replay of a capture sorted by stamp has no arrival
 times: there every lag is about 0, and stamps are used as they are.
 
+A worker reads a backlog in polls, all received at one reference time: the lags of a
+poll are learnt first (`observe`), its messages dated after (`skew`), so the early messages
+of a poll are dated with what the freshest ones say of their node.
+
 >>> lags = NodeLags()
 >>> S = 10**9
->>> [lags.skew("j", n, lag, S) for n, lag in (("a", 0), ("b", 5 * S), ("a", S // 10), ("c", S // 10))]
-[0, 5000000000, 0, 0]
->>> lags.skew("j", "b", 7 * S, 2 * S)        # a late one: its lag stays about its smallest
+>>> for n, lag in (("a", 0), ("b", 5 * S), ("a", S // 10), ("c", S // 10)):
+...     lags.observe("j", n, lag, S)
+>>> [lags.skew("j", n) for n in "abc"]
+[0, 5000000000, 0]
+>>> lags.observe("j", "b", 7 * S, 2 * S)     # a late one: its lag stays about its smallest
+>>> lags.skew("j", "b")
 5500000000
 """
 
@@ -42,10 +49,9 @@ class NodeLags:
         self._lag: dict[str, dict[str | int, list[int]]] = {}  # job -> node or rank -> [when, smallest lag]
         self._base: dict[str, list[int]] = {}  # job -> [when computed, base]
 
-    def skew(self, job: str, node: str | int, lag: int, ref_ns: int) -> int:
-        """Observe one heartbeat of `node` (or call batch of rank `node`) received `lag` ns after its stamp (negative when its
-        clock runs ahead of the reference) at reference time `ref_ns`; returns how far its
-        clock runs behind the job's (>= 0; 0 under `SKEW_MIN_NS`)."""
+    def observe(self, job: str, node: str | int, lag: int, ref_ns: int) -> None:
+        """One heartbeat of `node` (or call batch of rank `node`) received `lag` ns after its
+        stamp (negative when its clock runs ahead of the reference), at reference time `ref_ns`."""
         nodes = self._lag.get(job)
         if nodes is None:
             nodes = self._lag[job] = {}
@@ -55,13 +61,21 @@ class NodeLags:
         else:
             e[1] = min(lag, e[1] + int((ref_ns - e[0]) * FORGET))
             e[0] = ref_ns
-        own = e[1]
         b = self._base.get(job)
         if b is None or ref_ns - b[0] >= BASE_REFRESH_NS:
-            b = self._base[job] = [ref_ns, min(v[1] for v in nodes.values())]
-        elif own < b[1]:
-            b[1] = own
-        return own - b[1] if own - b[1] >= SKEW_MIN_NS else 0
+            self._base[job] = [ref_ns, min(v[1] for v in nodes.values())]
+        elif e[1] < b[1]:
+            b[1] = e[1]
+
+    def skew(self, job: str, node: str | int) -> int:
+        """How far the clock of `node` (or of rank `node`'s node) runs behind the job's: >= 0,
+        0 under `SKEW_MIN_NS` or when it was never observed."""
+        nodes = self._lag.get(job)
+        e = nodes.get(node) if nodes else None
+        if e is None:
+            return 0
+        d = e[1] - self._base[job][1]
+        return d if d >= SKEW_MIN_NS else 0
 
     def keep(self, job: str, nodes: set) -> None:
         """Forget the job's nodes and ranks not in `nodes`."""

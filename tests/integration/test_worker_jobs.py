@@ -122,3 +122,31 @@ def test_a_job_whose_clocks_run_60_s_fast_changes_no_other_jobs_detection(broker
     hang = paging[0]
     onset = base + 8 * S
     assert hang["opened_ns"] - onset >= hang["evidence"]["threshold_s"] * S * 0.9
+
+
+def test_a_job_whose_node_clocks_disagree_by_seconds_pages_only_its_hang(broker, tmp_path):
+    """One job (the independent job model) whose node clocks are 2-6 s apart, published as
+    its agents send (paced by true time; each message stamped by its node's clock), with a
+    hang at 10 s: the live worker, its wall clock the reference, learns how far each node's
+    clock runs behind (`node_lag.py`) and pages that hang once, naming its rank; no node is
+    taken for lost and no other call for hung."""
+    from commwatch.producers import jobmodel as jm
+
+    cfg = jm.JobConfig(job="nodeclk", tp=2, pp=2, dp=4, gpus_per_node=4, duration_s=24.0, seed=4,
+                       clock_offset_ms=(2000.0, 6000.0), faults=(jm.HostHang(rank=9, at_s=10.0),))
+    run = jm.run_job(cfg)
+    offsets = [c.offset_s for c in run.clocks]
+    assert max(offsets) - min(offsets) > 2.0
+    pairs = jm.merge_received([run])
+    sent = {id(m): t for m, t in pairs}
+    s, proc = _worker(broker, tmp_path, "nclk")
+    try:
+        _publish(s, [m for m, _ in pairs], lambda m: sent[id(m)])
+        events = _wait_alerts(s, lambda ev: any(e["kind"] == "hang" for e in ev), timeout_s=60.0)
+        time.sleep(3)  # nothing more opens
+        events = [json.loads(v) for v in read_all(s, topics.ALERTS)]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    paging = [e for e in events if e["status"] == "open" and e["severity"] in ("P0", "P1")]
+    assert [(e["kind"], e["culprit_ranks"]) for e in paging] == [("hang", [9])], paging
