@@ -88,39 +88,38 @@ class CommStage:
         return st
 
     # ------------------------------------------------------------------------------
-    def feed(self, msg, decoded, now_ns: int) -> list[dict]:
+    def feed(self, msg, decoded, now_ns: int, at_ns: int | None = None) -> list[dict]:
         """One message at the job's `now_ns`; what it says happened at its own event time
-        (its timestamp, never later than now): that is when its ranks made progress."""
-        stamp = min(msg.ts_ns, now_ns)
+        (`at_ns`: its timestamp on the job's clock, `learn_lags`; by default its timestamp;
+        never later than now): that is when its ranks made progress."""
+        stamp = min(msg.ts_ns if at_ns is None else at_ns, now_ns)
         if isinstance(decoded, CallBatch):
             return self.feed_calls(decoded, now_ns, stamp)
         if isinstance(decoded, dict) and "ranks" in decoded and "node" in decoded:
             return self.feed_progress(decoded, now_ns, stamp)
         return []
 
-    def feed_many(self, msgs: list, decoded: list, now_ns: int) -> list[dict]:
-        """`feed` over one job's messages of a poll, in order."""
+    def feed_many(self, msgs: list, decoded: list, now_ns: int, at: list[int] | None = None) -> list[dict]:
+        """`feed` over one job's messages of a poll, in order (`at`: their stamps on the job's
+        clock, from `learn_lags`)."""
         out: list[dict] = []
-        for msg, d in zip(msgs, decoded):
-            stamp = msg.ts_ns if msg.ts_ns < now_ns else now_ns
+        for i, (msg, d) in enumerate(zip(msgs, decoded)):
+            t = msg.ts_ns if at is None else at[i]
+            stamp = t if t < now_ns else now_ns
             if type(d) is CallBatch:
                 got = self.feed_calls(d, now_ns, stamp)
             else:
-                got = self.feed(msg, d, now_ns)
+                got = self.feed(msg, d, now_ns, stamp)
             if got:
                 out.extend(got)
         return out
 
     def feed_calls(self, batch: CallBatch, now_ns: int, stamp: int | None = None) -> list[dict]:
-        """Buffer the batch; a comm's batches are folded in together (at a tick, or once
+        """Buffer the batch (`stamp`: its time on the job's clock); a comm's batches are folded in together (at a tick, or once
         `FLUSH_RECORDS` are pending), so the per-batch numpy overhead is paid rarely."""
         key = (batch.job, batch.comm)
         st = self.comms.get(key) or self.state(batch.job, batch.comm)
         stamp = now_ns if stamp is None else stamp
-        if batch.count:  # on the job's clock (`node_lag.py`): a batch holds one node's calls
-            skew = self._node_lags.skew(batch.job, _RANK.unpack_from(batch.value, _RANK_AT)[0])
-            if skew:
-                stamp = min(stamp + skew, now_ns)
         st.last_seen_ns = max(st.last_seen_ns, stamp)
         if not st.pending:
             st.pending_since = now_ns
@@ -159,14 +158,12 @@ class CommStage:
     def feed_progress(self, hb: dict, now_ns: int, stamp: int | None = None) -> list[dict]:
         job, node = hb["job"], hb["node"]
         st = self.state(job, int(hb["comm"], 16))
-        stamp = now_ns if stamp is None else stamp
-        # when the node was heard from and its ranks made progress: its heartbeat's own time,
-        # not the job's now (a poll read at once moves the job's clock to its newest message
-        # first: a node whose heartbeat came early in it would seem seconds younger than the
-        # others, and they lost), moved on by how far its clock runs behind the job's
-        # (`node_lag.py`: else a node whose clock is seconds behind seems silent, or all the
-        # others do when one runs ahead); call batches are moved on alike (`feed_calls`)
-        at = stamp = min(stamp + self._node_lags.skew(job, node), now_ns)
+        # when the node was heard from and its ranks made progress: its heartbeat's own time
+        # (on the job's clock, `learn_lags`: else a node whose clock is seconds behind seems
+        # silent, or all the others do when one runs ahead), not the job's now (a poll read at
+        # once moves the job's clock to its newest message first: a node whose heartbeat came
+        # early in it would seem seconds younger than the others, and they lost)
+        at = stamp = now_ns if stamp is None else stamp
         st.last_seen_ns = max(st.last_seen_ns, at)
         out: list[dict] = []
         if st.pending and len(st.pending_hb) < MAX_PENDING_HB and (
@@ -185,21 +182,32 @@ class CommStage:
 
     def learn_lags(self, msgs: list, decoded: list, ref_ns: int) -> list[int]:
         """How far each node's clock runs behind its job's, from messages received at
-        `ref_ns` (a poll; replay: one message at its time), learnt before they are fed
-        (`node_lag.py`): heartbeats per node, call batches per first rank. Returns each
-        message's stamp on its job's clock (its own, moved on by its node's skew): what the
+        `ref_ns` (a poll), learnt before they are fed (`node_lag.py`): heartbeats per node,
+        call batches per first rank. Returns each message's stamp on its job's clock (its
+        own, moved on by its node's skew): what they are fed with (`feed_many`), and what the
         job's clock and the runs of a poll are cut by."""
-        lags = self._node_lags
-        keys = []
-        for msg, d in zip(msgs, decoded):
-            if type(d) is CallBatch:
-                key = (d.job, _RANK.unpack_from(d.value, _RANK_AT)[0]) if d.count else None
-            else:
-                key = (d["job"], d["node"]) if isinstance(d, dict) and "node" in d and "job" in d else None
-            keys.append(key)
-            if key is not None:
-                lags.observe(key[0], key[1], ref_ns - msg.ts_ns, ref_ns)
-        return [m.ts_ns + lags.skew(*k) if k is not None else m.ts_ns for m, k in zip(msgs, keys)]
+        keys = [self._learn(m, d, ref_ns) for m, d in zip(msgs, decoded)]
+        skew = self._node_lags.skew
+        return [m.ts_ns + skew(*k) if k is not None else m.ts_ns for m, k in zip(msgs, keys)]
+
+    def learn_one(self, msg, batch: CallBatch, ref_ns: int) -> int:
+        """`learn_lags` of one call batch (replay's path)."""
+        if not batch.count:
+            return msg.ts_ns
+        rank = _RANK.unpack_from(batch.value, _RANK_AT)[0]
+        return msg.ts_ns + self._node_lags.observe(batch.job, rank, ref_ns - msg.ts_ns, ref_ns)
+
+    def _learn(self, msg, d, ref_ns: int) -> tuple | None:
+        if type(d) is CallBatch:
+            if not d.count:
+                return None
+            key = (d.job, _RANK.unpack_from(d.value, _RANK_AT)[0])
+        elif isinstance(d, dict) and "node" in d and "job" in d:
+            key = (d["job"], d["node"])
+        else:
+            return None
+        self._node_lags.observe(key[0], key[1], ref_ns - msg.ts_ns, ref_ns)
+        return key
 
     # ------------------------------------------------------------------------------
     def tick(self, now_of: Callable[[str], int]) -> list[dict]:

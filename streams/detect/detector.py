@@ -187,13 +187,16 @@ class Detector:
         for job, (ms, ds, stamps) in by_job.items():
             self.comm_clocks.observe_many(job, stamps, ref_ns)
             if len(ms) > 1 and max(stamps) >= self.comm_stage.next_tick_ns(job):
-                ms, ds = self._ticked_runs(job, ms, ds, stamps, out)
-            got = self._comm_job(job, self.comm_stage.feed_many, (ms, ds), ref_ns)
+                ms, ds, stamps = self._ticked_runs(job, ms, ds, stamps, out)
+            got = self._comm_job(job, self._feed_many, (ms, ds, stamps), ref_ns)
             if got:
                 out.extend(got)
         return self._kept(out) if out else out
 
-    def _ticked_runs(self, job: str, ms: list, ds: list, stamps: list[int], out: list) -> tuple[list, list]:
+    def _feed_many(self, ms: list, ds: list, stamps: list[int], now: int) -> list[dict]:
+        return self.comm_stage.feed_many(ms, ds, now, stamps)
+
+    def _ticked_runs(self, job: str, ms: list, ds: list, stamps: list[int], out: list) -> tuple[list, list, list]:
         """A poll of a job that spans its ticks (a backlog read at speed): the runs of messages
         before each tick that falls inside it are fed and the job ticked at the time they
         reached, as replay does message by message (fed at once, a comm's pending records
@@ -202,24 +205,25 @@ class Detector:
         lo, due = 0, stage.next_tick_ns(job)
         for i, ts in enumerate(stamps[:-1]):
             if ts >= due:
-                out.extend(self._guard(job, stage.feed_many, ms[lo:i + 1], ds[lo:i + 1], ts))
+                out.extend(self._guard(job, stage.feed_many, ms[lo:i + 1], ds[lo:i + 1], ts, stamps[lo:i + 1]))
                 out.extend(self._guard(job, stage.tick_job, job, ts))
                 lo, due = i + 1, stage.next_tick_ns(job)
         if lo:
             self._idle_until = 0
-        return ms[lo:], ds[lo:]
+        return ms[lo:], ds[lo:], stamps[lo:]
 
     def comm_feed_one(self, msg: Message, batch: CallBatch, ref_ns: int) -> list[dict]:
         """`comm_feed` of one call batch (replay's path, message by message: the same steps
         without grouping a poll by job)."""
         self.stats["messages"] += 1
         self.stats["records"] += batch.count
-        self.comm_clocks.observe(batch.job, self.comm_stage.learn_lags((msg,), (batch,), ref_ns)[0], ref_ns)
-        out = self._comm_job(batch.job, self._feed_batch, (msg, batch), ref_ns)
+        at = self.comm_stage.learn_one(msg, batch, ref_ns)
+        self.comm_clocks.observe(batch.job, at, ref_ns)
+        out = self._comm_job(batch.job, self._feed_batch, (at, batch), ref_ns)
         return self._kept(out) if out else out
 
-    def _feed_batch(self, msg: Message, batch: CallBatch, now: int) -> list[dict]:
-        return self.comm_stage.feed_calls(batch, now, msg.ts_ns if msg.ts_ns < now else now)
+    def _feed_batch(self, at: int, batch: CallBatch, now: int) -> list[dict]:
+        return self.comm_stage.feed_calls(batch, now, at if at < now else now)
 
     def _comm_job(self, job: str, feed, args: tuple, ref_ns: int) -> list[dict]:
         """One job's messages into stage 1 at its now (its clock has observed them), then its

@@ -28,18 +28,16 @@ of a poll are dated with what the freshest ones say of their node.
 
 >>> lags = NodeLags()
 >>> S = 10**9
->>> for n, lag in (("a", 0), ("b", 5 * S), ("a", S // 10), ("c", S // 10)):
-...     lags.observe("j", n, lag, S)
->>> [lags.skew("j", n) for n in "abc"]
-[0, 5000000000, 0]
+>>> [lags.observe("j", n, lag, S) for n, lag in (("a", 0), ("b", 5 * S), ("a", S // 10), ("c", S // 10))]
+[0, 5000000000, 0, 0]
 >>> lags.observe("j", "b", 7 * S, 2 * S)     # a late one: its lag stays about its smallest
->>> lags.skew("j", "b")
 5500000000
 """
 
 from __future__ import annotations
 
 FORGET = 0.5
+SAMPLE_NS = 100_000_000
 SKEW_MIN_NS = 500_000_000
 BASE_REFRESH_NS = 1_000_000_000
 
@@ -49,23 +47,27 @@ class NodeLags:
         self._lag: dict[str, dict[str | int, list[int]]] = {}  # job -> node or rank -> [when, smallest lag]
         self._base: dict[str, list[int]] = {}  # job -> [when computed, base]
 
-    def observe(self, job: str, node: str | int, lag: int, ref_ns: int) -> None:
+    def observe(self, job: str, node: str | int, lag: int, ref_ns: int) -> int:
         """One heartbeat of `node` (or call batch of rank `node`) received `lag` ns after its
-        stamp (negative when its clock runs ahead of the reference), at reference time `ref_ns`."""
+        stamp (negative when its clock runs ahead of the reference), at reference time
+        `ref_ns`; returns the node's skew (`skew`). A node observed again within `SAMPLE_NS`
+        is updated only when its lag is a new smallest (its forgetting waits: it is the same)."""
         nodes = self._lag.get(job)
         if nodes is None:
             nodes = self._lag[job] = {}
         e = nodes.get(node)
         if e is None:
             e = nodes[node] = [ref_ns, lag]
-        else:
+        elif lag < e[1] or ref_ns - e[0] >= SAMPLE_NS:
             e[1] = min(lag, e[1] + int((ref_ns - e[0]) * FORGET))
             e[0] = ref_ns
         b = self._base.get(job)
         if b is None or ref_ns - b[0] >= BASE_REFRESH_NS:
-            self._base[job] = [ref_ns, min(v[1] for v in nodes.values())]
+            b = self._base[job] = [ref_ns, min(v[1] for v in nodes.values())]
         elif e[1] < b[1]:
             b[1] = e[1]
+        d = e[1] - b[1]
+        return d if d >= SKEW_MIN_NS else 0
 
     def skew(self, job: str, node: str | int) -> int:
         """How far the clock of `node` (or of rank `node`'s node) runs behind the job's: >= 0,
