@@ -123,6 +123,25 @@ def to_message(topic: str, key: bytes | None, ts_ns: int, value: bytes | None) -
     return Message(topic, text, ts_ns, value or b"")
 
 
+
+LEARN_SHARE = 4  # node clocks are learnt from the last 1/LEARN_SHARE of a progress partition's records in a poll
+
+
+def _learnable(polled: list, reader, kept: list) -> list[bool]:
+    """Per kept record, whether node clocks may be learnt from it (`node_lag.py`): heartbeats
+    only (every node sends them, hung or not: a batch is dated by its ranks' node), in the
+    last quarter of the records a poll read of a partition, and only when it read that
+    partition to its end. Those just came; the rest waited in the broker, and a backlog's
+    receipt time says how long they waited, not how far their clocks are off (read at once,
+    a hung job's last call batches seemed their node's clock 11 s behind, and its hang was
+    never alerted)."""
+    cut: dict[Any, int] = {}
+    for tp, records in polled:
+        if tp.topic.endswith(topics.PROGRESS) and (reader.highwater(tp) or 1 << 62) <= records[-1].offset + 1:
+            cut[tp] = records[len(records) - 1 - len(records) // LEARN_SHARE].offset
+    return [r.offset >= cut.get((r.topic, r.partition), 1 << 62) for r in kept]
+
+
 class Pipeline:
     """The worker's engine-free half: the detector core's two halves, wall-clock reference,
     per-job catch-up state, dead-letter decisions, metrics."""
@@ -166,15 +185,18 @@ class Pipeline:
         no conclusion from stale comms."""
         return self.unread
 
-    def comm_messages(self, items: list[tuple[str, Message, Any]]) -> tuple[list[dict], list[WireError | None]]:
+    def comm_messages(self, items: list[tuple[str, Message, Any]],
+                      learn: list[bool] | None = None) -> tuple[list[dict], list[WireError | None]]:
         """Stage 1 for the calls/progress messages one poll returned, in order: their call
         batches validated together (`decode_messages`, one numpy pass), then fed to the
         detector at once (`Detector.comm_feed`). Returns the reports, and per message None
-        or the `WireError` that refused it (the others go on)."""
+        or the `WireError` that refused it (the others go on). `learn`: per item, whether node
+        clocks are learnt from it (`_learnable`; None: all)."""
         decoded = decode_messages([m for _, m, _ in items], self.settings.max_message_bytes)
         errors: list[WireError | None] = []
         good_m: list[Message] = []
         good_d: list = []
+        learnt: list[bool] | None = None if learn is None else []
         records = 0
         seen: dict[tuple[str, str, Any], list[int]] = {}  # (topic, job, partition) -> [messages, newest]
         for (base, msg, tp), d in zip(items, decoded):
@@ -195,9 +217,11 @@ class Pipeline:
                 got[1] = max(got[1], msg.ts_ns)
             good_m.append(msg)
             good_d.append(d)
+            if learnt is not None:
+                learnt.append(learn[len(errors) - 1])
         for (base, job, tp), (count, newest) in seen.items():
             self._seen(base, newest, job, tp, count)
-        reports = self.detector.comm_feed(good_m, good_d, self.wall_ns()) if good_m else []
+        reports = self.detector.comm_feed(good_m, good_d, self.wall_ns(), learnt) if good_m else []
         self.metrics.records.inc(records)
         return reports, errors
 
@@ -368,7 +392,8 @@ def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None
                 if len(polled) > 1:  # partitions merged in time order, as one stream would deliver them
                     order = sorted(range(len(items)), key=lambda i: items[i][1].ts_ns)
                     items, kept = [items[i] for i in order], [kept[i] for i in order]
-                reports, errors = pipeline.comm_messages(items) if items else ([], [])
+                learn = _learnable(polled, reader, kept)
+                reports, errors = pipeline.comm_messages(items, learn) if items else ([], [])
                 for r, err in zip(kept, errors):
                     if err is not None:
                         await dead_letter(r, err, r.timestamp / 1000)

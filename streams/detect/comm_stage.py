@@ -59,6 +59,16 @@ QUIET_NS = 1_000_000_000  # a member without progress this long is listed as qui
 STUCK_NS = 5_000_000_000  # a completion counter stopped this long behind its peers is stuck
 
 
+def _lag_key(d) -> tuple | None:
+    """Whose clock a message's stamp is: (job, node) of a heartbeat, (job, first rank) of a
+    call batch (a batch holds one node's calls)."""
+    if type(d) is CallBatch:
+        return (d.job, _RANK.unpack_from(d.value, _RANK_AT)[0]) if d.count else None
+    if isinstance(d, dict) and "node" in d and "job" in d:
+        return d["job"], d["node"]
+    return None
+
+
 class CommStage:
     """Stage 1 over many (job, comm): `feed` calls and heartbeats, `tick` for time passing.
 
@@ -73,6 +83,7 @@ class CommStage:
         self.comms: dict[tuple[str, int], CommState] = {}
         self._node_seen: dict[tuple[str, str], int] = {}
         self._node_lags = NodeLags()
+        self._rank_node: dict[str, dict[int, str]] = {}  # job -> rank -> node (from heartbeats)
         self._waiting: set[tuple[str, int]] = set()
         self._comm_reported: dict[tuple[str, int], int] = {}
         self._dirty: set[tuple[str, int]] = set()
@@ -180,15 +191,37 @@ class CommStage:
                         "ranks": sorted(r["rank"] for r in hb["ranks"])})
         return out
 
-    def learn_lags(self, msgs: list, decoded: list, ref_ns: int) -> list[int]:
+    def learn_lags(self, msgs: list, decoded: list, ref_ns: int, learn: list[bool] | None = None) -> list[int]:
         """How far each node's clock runs behind its job's, from messages received at
-        `ref_ns` (a poll), learnt before they are fed (`node_lag.py`): heartbeats per node,
-        call batches per first rank. Returns each message's stamp on its job's clock (its
-        own, moved on by its node's skew): what they are fed with (`feed_many`), and what the
+        `ref_ns` (a poll; replay: one message at its time), learnt before they are fed
+        (`node_lag.py`): heartbeats per node, call batches per first rank; only from the
+        messages `learn` marks (live: those of partitions read to their end in this poll; a
+        backlog read partition by partition says how old its messages are, not how far
+        their clocks are off). Returns each message's stamp on its job's clock (its own,
+        moved on by its node's skew): what they are fed with (`feed_many`), and what the
         job's clock and the runs of a poll are cut by."""
-        keys = [self._learn(m, d, ref_ns) for m, d in zip(msgs, decoded)]
-        skew = self._node_lags.skew
-        return [m.ts_ns + skew(*k) if k is not None else m.ts_ns for m, k in zip(msgs, keys)]
+        keys = [_lag_key(d) for d in decoded]
+        observe = self._node_lags.observe
+        for i, (m, k) in enumerate(zip(msgs, keys)):
+            if k is None:
+                continue
+            if type(k[1]) is str:  # a heartbeat: the ranks it names run on its node's clock
+                nodes = self._rank_node.get(k[0])
+                if nodes is None:
+                    nodes = self._rank_node[k[0]] = {}
+                for r in decoded[i]["ranks"]:
+                    nodes[r["rank"]] = k[1]
+            if learn is None or learn[i]:
+                observe(k[0], k[1], ref_ns - m.ts_ns, ref_ns)
+        return [m.ts_ns + self._skew(*k) if k is not None else m.ts_ns for m, k in zip(msgs, keys)]
+
+    def _skew(self, job: str, key: str | int) -> int:
+        """The skew of a node, or of a rank: its own when its batches were learnt from, else
+        its node's (live, batches are not learnt from: `streams/app.py`)."""
+        lags = self._node_lags
+        if type(key) is int and not lags.knows(job, key):
+            key = self._rank_node.get(job, {}).get(key, key)
+        return lags.skew(job, key)
 
     def learn_one(self, msg, batch: CallBatch, ref_ns: int) -> int:
         """`learn_lags` of one call batch (replay's path)."""
@@ -196,18 +229,6 @@ class CommStage:
             return msg.ts_ns
         rank = _RANK.unpack_from(batch.value, _RANK_AT)[0]
         return msg.ts_ns + self._node_lags.observe(batch.job, rank, ref_ns - msg.ts_ns, ref_ns)
-
-    def _learn(self, msg, d, ref_ns: int) -> tuple | None:
-        if type(d) is CallBatch:
-            if not d.count:
-                return None
-            key = (d.job, _RANK.unpack_from(d.value, _RANK_AT)[0])
-        elif isinstance(d, dict) and "node" in d and "job" in d:
-            key = (d["job"], d["node"])
-        else:
-            return None
-        self._node_lags.observe(key[0], key[1], ref_ns - msg.ts_ns, ref_ns)
-        return key
 
     # ------------------------------------------------------------------------------
     def tick(self, now_of: Callable[[str], int]) -> list[dict]:
@@ -311,6 +332,7 @@ class CommStage:
         for key in [k for k in self._node_seen if k[0] == job]:
             del self._node_seen[key]
         self._node_lags.forget(job)
+        self._rank_node.pop(job, None)
         self._job_tick.pop(job, None)
         self._last_prune.pop(job, None)
 

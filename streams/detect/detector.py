@@ -160,14 +160,16 @@ class Detector:
         return out
 
     # --- comm half --------------------------------------------------------------------
-    def comm_feed(self, msgs: list[Message], decoded: list, ref_ns: int) -> list[dict]:
+    def comm_feed(self, msgs: list[Message], decoded: list, ref_ns: int, learn: list[bool] | None = None) -> list[dict]:
         """Stage 1 for calls/progress messages in arrival order (a consumer poll; replay feeds
         one at a time), all valid (`decode_messages` results, no `WireError`); returns reports.
         Per job: its clock observes the messages at once, stage 1 buffers them in order (a
-        comm's batches are folded in together at its next flush) and ticks once if due."""
+        comm's batches are folded in together at its next flush) and ticks once if due.
+        `learn`: per message, whether node clocks are learnt from it (`CommStage.learn_lags`;
+        default all)."""
         self.stats["messages"] += len(msgs)
         # node clocks (`node_lag.py`) learnt before feeding: stamps on the job's clock
-        at = self.comm_stage.learn_lags(msgs, decoded, ref_ns)
+        at = self.comm_stage.learn_lags(msgs, decoded, ref_ns, learn)
         by_job: dict[str, tuple[list, list, list]] = {}
         records = 0
         for msg, d, t in zip(msgs, decoded, at):
@@ -184,14 +186,23 @@ class Detector:
             run[2].append(t)
         self.stats["records"] += records
         out: list[dict] = []
-        for job, (ms, ds, stamps) in by_job.items():
-            self.comm_clocks.observe_many(job, stamps, ref_ns)
+        for job, (ms, ds, at) in by_job.items():
+            stamps = self._on_clock(job, ms, at)
+            self.comm_clocks.observe_many(job, [m.ts_ns for m in ms], ref_ns)
             if len(ms) > 1 and max(stamps) >= self.comm_stage.next_tick_ns(job):
                 ms, ds, stamps = self._ticked_runs(job, ms, ds, stamps, out)
             got = self._comm_job(job, self._feed_many, (ms, ds, stamps), ref_ns)
             if got:
                 out.extend(got)
         return self._kept(out) if out else out
+
+    def _on_clock(self, job: str, ms: list, at: list[int]) -> list[int]:
+        """Stamps moved onto the job's clock (`at`) go no further than its newest own stamp
+        (this poll's included): a skew dates a node behind as the others, it never moves the
+        job's clock (which observes the stamps as they came)."""
+        c = self.comm_clocks._c.get(job)
+        top = max(c.stamp if c is not None else 0, max(m.ts_ns for m in ms))
+        return [a if a < top else top for a in at]
 
     def _feed_many(self, ms: list, ds: list, stamps: list[int], now: int) -> list[dict]:
         return self.comm_stage.feed_many(ms, ds, now, stamps)
@@ -217,8 +228,8 @@ class Detector:
         without grouping a poll by job)."""
         self.stats["messages"] += 1
         self.stats["records"] += batch.count
-        at = self.comm_stage.learn_one(msg, batch, ref_ns)
-        self.comm_clocks.observe(batch.job, at, ref_ns)
+        at = self._on_clock(batch.job, (msg,), (self.comm_stage.learn_one(msg, batch, ref_ns),))[0]
+        self.comm_clocks.observe(batch.job, msg.ts_ns, ref_ns)
         out = self._comm_job(batch.job, self._feed_batch, (at, batch), ref_ns)
         return self._kept(out) if out else out
 

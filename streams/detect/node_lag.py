@@ -79,6 +79,10 @@ class NodeLags:
         d = e[1] - self._base[job][1]
         return d if d >= SKEW_MIN_NS else 0
 
+    def knows(self, job: str, node: str | int) -> bool:
+        nodes = self._lag.get(job)
+        return nodes is not None and node in nodes
+
     def keep(self, job: str, nodes: set) -> None:
         """Forget the job's nodes and ranks not in `nodes`."""
         have = self._lag.get(job)
