@@ -17,7 +17,9 @@
 #include "probe.h"
 
 #define CW_OP_PROBES 8      /* pool slots tried in a row from one place */
-#define CW_OP_JUMPS 4       /* places tried before an operation goes untracked */
+#define CW_OP_JUMPS 16      /* places tried before an operation goes untracked (128 slots:
+                             * a run of 8 is all taken about as often as the pool is full, so
+                             * a pool 30 % full loses one operation in 10^8, 50 % in 10^5) */
 #define CW_NAME_CACHE 16    /* entries per name cache, a power of two */
 
 /* ------------------------------------------------------------ names */

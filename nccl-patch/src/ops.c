@@ -167,8 +167,11 @@ void cw_sweep_scan(int64_t now) {
     device_entry(o, v, now);
     if ((v & CW_CTL_TASK_STOPPED) == 0) continue;
     if (o->seen_stop_gen != CW_CTL_GEN(v) || o->t_seen_stop == 0) {
+      /* The time now, not the scan's start: the operation may have started
+       * after the scan did, and an operation started before its stop is no
+       * successor. */
       o->seen_stop_gen = CW_CTL_GEN(v);
-      o->t_seen_stop = now;
+      o->t_seen_stop = cw_now();
     }
     if (cw_awaiting_grace(v)) {
       grace_over(o, v, now); /* in case its attention bit was consumed early */

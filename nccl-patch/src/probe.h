@@ -72,7 +72,7 @@ struct cw_op {
   uint64_t gpu_start;         /* (atomic min) earliest channel start, GPU ns */
   uint64_t gpu_stop;          /* (atomic max) latest channel stop, GPU ns */
   int64_t t_last_ch;          /* (relaxed) host time of the latest channel event */
-  int64_t t_seen_stop;        /* sweeper only: first scan that saw the task stopped, */
+  int64_t t_seen_stop;        /* sweeper only: host time it first saw the task stopped, */
   uint32_t seen_stop_gen;     /* sweeper only: ... in this generation of the slot */
   uint8_t nch;                /* channels NCCL announced, or CW_NCH_UNKNOWN */
   uint64_t dev_entry_tag;     /* sweeper only: (generation << 1) | 1 once its device entry is written */

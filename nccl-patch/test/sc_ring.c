@@ -336,6 +336,42 @@ void scenario_wrap(void) {
 
 /* --------------------------------------- fixed op pool: untracked operations */
 
+/* A pool mostly taken by one communicator's open operations (a run of 160 of
+ * 256 slots): another communicator running 2000 operations one at a time keeps
+ * walking into that run, and still finds a free slot every time. With 4 places
+ * tried instead of 16, 22 of them went untracked. */
+static void pool_mostly_full(void) {
+  struct plugin p;
+  void *a, *b, *h, *k;
+  void* held[160];
+  int untracked = 0;
+
+  set_job("harness-pool-crowded", "0");
+  setenv("COMMWATCH_MAX_INFLIGHT", "256", 1);
+  if (plugin_load(&p, g_lib) != 0) { g_failures++; return; }
+  a = init5(&p, 0x78, 1, 2, 0);
+  b = init5(&p, 0x79, 1, 2, 0);
+  CHECK(a != NULL && b != NULL, "init");
+  for (int i = 0; i < 160; i++) {
+    held[i] = coll5(&p, a, "AllReduce", (uint64_t)i, 1, "ncclInt8", 0, 1);
+    CHECK(held[i] != NULL, "held op %d tracked", i);
+  }
+  for (int i = 0; i < 2000; i++) {
+    h = coll5(&p, b, "AllReduce", (uint64_t)i, 1, "ncclInt8", 0, 1);
+    if (h == NULL) {
+      untracked++;
+      continue;
+    }
+    k = kch5(&p, b, h, 0, gpu_ns());
+    p.v5->stopEvent(h);
+    kch_end(&p, k, gpu_ns());
+  }
+  CHECK(untracked == 0, "%d of 2000 operations untracked with 96 of 256 slots free", untracked);
+  p.v5->finalize(a);
+  p.v5->finalize(b);
+  dlclose(p.dl);
+}
+
 void scenario_pool(void) {
   struct plugin p;
   void *ctx, *again, *k;
@@ -382,6 +418,7 @@ void scenario_pool(void) {
         completions);
   CHECK(n >= 2 && recs[n - 2].seq == 100 && recs[n - 1].seq == 100, "seq keeps counting");
   dlclose(p.dl);
+  pool_mostly_full();
 }
 
 /* ------------------------------------------- settings and rank sources */
