@@ -83,6 +83,19 @@ class JobClocks:
             return c.stamp
         return c.stamp + max(0, ref - c.ref)
 
+    def stamp(self, job: str) -> int:
+        """The job's newest stamp taken (0 for a job not seen)."""
+        c = self._c.get(job)
+        return c.stamp if c is not None else 0
+
+    def due_ref(self, job: str, at_ns: int) -> int | None:
+        """The reference time from which the job's now (`now`) reaches `at_ns` (-1: it has
+        already; None: a job not seen)."""
+        c = self._c.get(job)
+        if c is None:
+            return None
+        return c.ref + (at_ns - c.stamp) if at_ns > c.stamp else -1
+
     def forget(self, job: str) -> None:
         self._c.pop(job, None)
 

@@ -225,10 +225,10 @@ class CommStage:
 
     def learn_one(self, msg, batch: CallBatch, ref_ns: int) -> int:
         """`learn_lags` of one call batch (replay's path)."""
-        if not batch.count:
+        key = _lag_key(batch)
+        if key is None:
             return msg.ts_ns
-        rank = _RANK.unpack_from(batch.value, _RANK_AT)[0]
-        return msg.ts_ns + self._node_lags.observe(batch.job, rank, ref_ns - msg.ts_ns, ref_ns)
+        return msg.ts_ns + self._node_lags.observe(*key, ref_ns - msg.ts_ns, ref_ns)
 
     # ------------------------------------------------------------------------------
     def tick(self, now_of: Callable[[str], int]) -> list[dict]:

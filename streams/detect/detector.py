@@ -58,11 +58,6 @@ def _never(_job: str) -> bool:
     return False
 
 
-def _due_ref(clock, at_ns: int) -> int:
-    """The reference time from which a job clock's now (`JobClocks.now`) reaches `at_ns`."""
-    return clock.ref + (at_ns - clock.stamp) if at_ns > clock.stamp else -1
-
-
 class Detector:
     """Both stages over many jobs; see the module docstring."""
 
@@ -135,17 +130,17 @@ class Detector:
         or stage-2 tick is due (each at most once per `TICK_NS` of the job's own time). Any
         message may bring it forward (`_touched`)."""
         due: int | float = float("inf")
-        comm_clocks, job_clocks = self.comm_clocks._c, self.job_clocks._c
+        comm_clocks, job_clocks = self.comm_clocks, self.job_clocks
         for job in self.comm_stage.by_job:
-            c = comm_clocks.get(job)
-            if c is None:
+            r = comm_clocks.due_ref(job, self.comm_stage.next_tick_ns(job))
+            if r is None:
                 return 0
-            due = min(due, _due_ref(c, self.comm_stage.next_tick_ns(job)))
+            due = min(due, r)
         for job, js in self.job_stage.jobs.items():
-            c = job_clocks.get(job)
-            if c is not None:
-                due = min(due, _due_ref(c, js.last_tick + JOB_TICK_NS))
-        if any(job not in self.job_stage.jobs for job in job_clocks):
+            r = job_clocks.due_ref(job, js.last_tick + JOB_TICK_NS)
+            if r is not None:
+                due = min(due, r)
+        if any(job not in self.job_stage.jobs for job in job_clocks.jobs()):
             return 0  # a job stage 2 forgot: `job_tick` lets it go at once
         return due
 
@@ -200,8 +195,7 @@ class Detector:
         """Stamps moved onto the job's clock (`at`) go no further than its newest own stamp
         (this poll's included): a skew dates a node behind as the others, it never moves the
         job's clock (which observes the stamps as they came)."""
-        c = self.comm_clocks._c.get(job)
-        top = max(c.stamp if c is not None else 0, max(m.ts_ns for m in ms))
+        top = max(self.comm_clocks.stamp(job), max(m.ts_ns for m in ms))
         return [a if a < top else top for a in at]
 
     def _feed_many(self, ms: list, ds: list, stamps: list[int], now: int) -> list[dict]:
@@ -250,7 +244,7 @@ class Detector:
         if got or job not in stage.by_job:
             self._idle_until = 0
         else:  # only this job's clock moved: its stage-1 tick may be due sooner
-            self._idle_until = min(self._idle_until, _due_ref(clocks._c[job], due))
+            self._idle_until = min(self._idle_until, clocks.due_ref(job, due))
         return got
 
     def _kept(self, reports: list[dict]) -> list[dict]:
