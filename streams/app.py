@@ -123,7 +123,6 @@ def to_message(topic: str, key: bytes | None, ts_ns: int, value: bytes | None) -
     return Message(topic, text, ts_ns, value or b"")
 
 
-
 LEARN_SHARE = 4  # node clocks are learnt from the last 1/LEARN_SHARE of a progress partition's records in a poll
 
 

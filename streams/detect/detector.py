@@ -182,8 +182,10 @@ class Detector:
         self.stats["records"] += records
         out: list[dict] = []
         for job, (ms, ds, at) in by_job.items():
-            stamps = self._on_clock(job, ms, at)
-            self.comm_clocks.observe_many(job, [m.ts_ns for m in ms], ref_ns)
+            raw = [m.ts_ns for m in ms]
+            top = self._clock_top(job, max(raw))
+            stamps = [a if a < top else top for a in at]
+            self.comm_clocks.observe_many(job, raw, ref_ns)
             if len(ms) > 1 and max(stamps) >= self.comm_stage.next_tick_ns(job):
                 ms, ds, stamps = self._ticked_runs(job, ms, ds, stamps, out)
             got = self._comm_job(job, self._feed_many, (ms, ds, stamps), ref_ns)
@@ -191,12 +193,12 @@ class Detector:
                 out.extend(got)
         return self._kept(out) if out else out
 
-    def _on_clock(self, job: str, ms: list, at: list[int]) -> list[int]:
-        """Stamps moved onto the job's clock (`at`) go no further than its newest own stamp
-        (this poll's included): a skew dates a node behind as the others, it never moves the
-        job's clock (which observes the stamps as they came)."""
-        top = max(self.comm_clocks.stamp(job), max(m.ts_ns for m in ms))
-        return [a if a < top else top for a in at]
+    def _clock_top(self, job: str, newest: int) -> int:
+        """How far stamps moved onto the job's clock (`learn_lags`) may go: its newest own
+        stamp, `newest` (of the messages in hand) included. A skew dates a node behind as the
+        others; it never moves the job's clock (which observes the stamps as they came)."""
+        top = self.comm_clocks.stamp(job)
+        return newest if newest > top else top
 
     def _feed_many(self, ms: list, ds: list, stamps: list[int], now: int) -> list[dict]:
         return self.comm_stage.feed_many(ms, ds, now, stamps)
@@ -222,7 +224,7 @@ class Detector:
         without grouping a poll by job)."""
         self.stats["messages"] += 1
         self.stats["records"] += batch.count
-        at = self._on_clock(batch.job, (msg,), (self.comm_stage.learn_one(msg, batch, ref_ns),))[0]
+        at = min(self.comm_stage.learn_one(msg, batch, ref_ns), self._clock_top(batch.job, msg.ts_ns))
         self.comm_clocks.observe(batch.job, msg.ts_ns, ref_ns)
         out = self._comm_job(batch.job, self._feed_batch, (at, batch), ref_ns)
         return self._kept(out) if out else out
