@@ -329,6 +329,13 @@ def jobmodel_cases() -> list[Case]:
     add("hang-skewed-node-clocks", L16, duration_s=45.0, faults=lambda w, s: (jm.HostHang(pick(w, s), 18.0),), **skewed)
     add("node-lost-skewed-node-clocks", L16, duration_s=40.0, faults=lambda w, s: (jm.AgentSilent(node=1, at_s=15.0),),
         **skewed)
+    # a node's clock set anew mid-run (time sync stepping it back, or on), received as a live
+    # worker receives them: the node goes on reporting, and nobody else seems silent
+    for by_s, lay, probe in ((-5.0, L16, "gpu"), (5.0, L16, "gpu"), (5.0, L64, "enqueue")):
+        add(f"clock-step{by_s:+.0f}s-{probe}", lay, control="skewed", probe=probe, duration_s=45.0, arrival=True,
+            clock_step=(1, 20.0, by_s))
+    add("hang-after-clock-step+5s", L16, duration_s=45.0, arrival=True, clock_step=(1, 15.0, 5.0),
+        faults=lambda w, s: (jm.HostHang(pick(w, s), 25.0),))
     add("slow1.6-skewed-node-clocks", L16, duration_s=50.0, faults=lambda w, s: (jm.SlowGpu(pick(w, s), 1.6, 15.0),),
         **skewed)
     return out

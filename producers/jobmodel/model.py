@@ -4,7 +4,7 @@ its node agents, with the ground truth of what was injected."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -30,7 +30,8 @@ class JobConfig:
     `hidden` lists call roles the probe cannot see (`program.ROLES`; e.g. ``("grad",)`` for a
     hook that misses DDP's gradient all-reduce). `stage_factors` slows whole pipeline stages
     from the start (unbalanced stages). Node clocks are off by +-`clock_offset_ms` (a range)
-    and drift up to +-`clock_drift_ppm`; `job_clock_offset_s` shifts every node of the job.
+    and drift up to +-`clock_drift_ppm`; `job_clock_offset_s` shifts every node of the job;
+    `clock_step` (node, at_s, by_s) sets one node's clock anew mid-run (time sync stepping it).
     """
 
     job: str = "jm"
@@ -51,6 +52,7 @@ class JobConfig:
     clock_offset_ms: tuple[float, float] = (20.0, 50.0)
     clock_drift_ppm: float = 20.0
     job_clock_offset_s: float = 0.0
+    clock_step: tuple[int, float, float] | None = None  # (node, at_s, by_s): that node's clock is set anew
     queue_depth: int = 64
     flush_s: float = 0.2
     heartbeat_s: float = 1.0
@@ -105,6 +107,11 @@ def run_job(cfg: JobConfig) -> JobRun:
                     queue_depth=cfg.queue_depth, comm_hangs=comm_hangs, links=links).run()
     clocks = node_clocks(layout.n_nodes, cfg.start_ns, rng, cfg.clock_offset_ms, cfg.clock_drift_ppm,
                          cfg.job_clock_offset_s)
+    if cfg.clock_step is not None:
+        node, at_s, by_s = cfg.clock_step
+        if not 0 <= node < layout.n_nodes:
+            raise ValueError(f"clock_step: node {node} is not one of the job's {layout.n_nodes} nodes")
+        clocks[node] = replace(clocks[node], step_at_s=float(at_s), step_s=float(by_s))
     exits = _exits(cfg, layout, engine)
     rings, comms = {}, {}
     for rank in range(layout.world):
