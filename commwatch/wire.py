@@ -193,7 +193,7 @@ def check_batches(values: list[bytes], comms: list[int]) -> list[int | WireError
 
 def _checks(recs: np.ndarray, comm: int | np.ndarray | None) -> list[tuple[str, str, np.ndarray]]:
     """(reason, field, mask of records that break the rule), in the order they are reported."""
-    kind, op, flags = recs["kind"], recs["op"], recs["flags"]
+    kind, op = recs["kind"], recs["op"]
     rank, comm_rank, peer = recs["rank"], recs["comm_rank"], recs["peer"]
     nranks = recs["nranks"].astype(np.int64)
     t0, t1 = recs["t_start_ns"], recs["t_end_ns"]
@@ -211,7 +211,7 @@ def _checks(recs: np.ndarray, comm: int | np.ndarray | None) -> list[tuple[str, 
         ("bad_peer", "peer", (peer < -1) | (peer >= nranks)),
         ("bad_seq", "seq", recs["seq"] >= np.uint64(MAX_SEQ)),
         ("bad_time", "t_start_ns", (t0 < 0) | (t0 >= MAX_TS_NS)),
-        ("bad_time", "t_end_ns", (t1 < 0) | (t1 >= MAX_TS_NS) | (((flags & FLAG_COMPLETED) != 0) & (t1 < t0))),
+        ("bad_time", "t_end_ns", (t1 < 0) | (t1 >= MAX_TS_NS)),
         ("bad_bytes", "bytes", recs["bytes"] >= np.uint64(MAX_BYTES)),
         ("bad_aux", "aux", (kind == KIND_COMM_INIT) & (recs["aux"] > nranks)),
     ]
@@ -235,8 +235,7 @@ def validate_records(recs: np.ndarray, comm: int | np.ndarray | None = None) -> 
 
     Rules (beyond kind and op): `rank` in [-1, MAX_RANKS) (-1: unknown); `nranks` in
     [1, MAX_RANKS]; `comm_rank` in [0, nranks); `peer` in [-1, nranks); `seq` below
-    MAX_SEQ; both times in [0, MAX_TS_NS), and a COMPLETED call does not end before it
-    started; `bytes` below MAX_BYTES; non-CALL kinds have op 0; a COMM_INIT's node count
+    MAX_SEQ; both times in [0, MAX_TS_NS); `bytes` below MAX_BYTES; non-CALL kinds have op 0; a COMM_INIT's node count
     (`aux`) is at most `nranks`. Flag bits a consumer does not know are ignored (contract
     section 1), and `t_end_ns` of a call not COMPLETED is not read.
 
@@ -296,9 +295,6 @@ def _words_ok(recs: np.ndarray, comm: int | np.ndarray | None) -> bool:
         return False
     nranks = recs["nranks"]
     if _count(recs["comm_rank"].view(_U4) >= nranks) or _count(recs["peer"].view(_U4) + np.uint32(1) > nranks):
-        return False
-    early = recs["t_end_ns"] < recs["t_start_ns"]  # fine unless COMPLETED (an entry record has t_end 0)
-    if _count(early) and _count(early & ((recs["flags"] & FLAG_COMPLETED) != 0)):
         return False
     if _count(recs["aux"] > nranks) and _count((w16 == KIND_COMM_INIT) & (recs["aux"] > nranks)):
         return False

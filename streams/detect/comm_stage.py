@@ -223,6 +223,14 @@ class CommStage:
             key = self._rank_node.get(job, {}).get(key, key)
         return lags.skew(job, key)
 
+    def skew_of(self, job: str, decoded: dict) -> int:
+        """The skew of a job message's sender (`cw.topology.v1`, `cw.steps.v1`, `cw.hw.v1`): its
+        node's, else its rank's."""
+        key = decoded.get("node")
+        if key is None:
+            key = decoded.get("rank")
+        return self._skew(job, key) if isinstance(key, (str, int)) else 0
+
     def learn_one(self, msg, batch: CallBatch, ref_ns: int) -> int:
         """`learn_lags` of one call batch (replay's path)."""
         key = _lag_key(batch)

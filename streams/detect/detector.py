@@ -182,10 +182,10 @@ class Detector:
         self.stats["records"] += records
         out: list[dict] = []
         for job, (ms, ds, at) in by_job.items():
-            raw = [m.ts_ns for m in ms]
-            top = self._clock_top(job, max(raw))
+            own = [a if a < m.ts_ns else m.ts_ns for m, a in zip(ms, at)]
+            top = self._clock_top(job, max(own))
             stamps = [a if a < top else top for a in at]
-            self.comm_clocks.observe_many(job, raw, ref_ns)
+            self.comm_clocks.observe_many(job, own, ref_ns)
             if len(ms) > 1 and max(stamps) >= self.comm_stage.next_tick_ns(job):
                 ms, ds, stamps = self._ticked_runs(job, ms, ds, stamps, out)
             got = self._comm_job(job, self._feed_many, (ms, ds, stamps), ref_ns)
@@ -196,7 +196,8 @@ class Detector:
     def _clock_top(self, job: str, newest: int) -> int:
         """How far stamps moved onto the job's clock (`learn_lags`) may go: its newest own
         stamp, `newest` (of the messages in hand) included. A skew dates a node behind as the
-        others; it never moves the job's clock (which observes the stamps as they came)."""
+        others; it never moves the job's clock, which observes the stamps as they came, or as
+        moved back (a node whose clock was set ahead of an established job's, `node_lag.py`)."""
         top = self.comm_clocks.stamp(job)
         return newest if newest > top else top
 
@@ -224,8 +225,10 @@ class Detector:
         without grouping a poll by job)."""
         self.stats["messages"] += 1
         self.stats["records"] += batch.count
-        at = min(self.comm_stage.learn_one(msg, batch, ref_ns), self._clock_top(batch.job, msg.ts_ns))
-        self.comm_clocks.observe(batch.job, msg.ts_ns, ref_ns)
+        moved = self.comm_stage.learn_one(msg, batch, ref_ns)
+        own = moved if moved < msg.ts_ns else msg.ts_ns
+        at = min(moved, self._clock_top(batch.job, own))
+        self.comm_clocks.observe(batch.job, own, ref_ns)
         out = self._comm_job(batch.job, self._feed_batch, (at, batch), ref_ns)
         return self._kept(out) if out else out
 
@@ -279,7 +282,7 @@ class Detector:
         self.stats["messages"] += 1
         self._idle_until = 0
         job = decoded.get("job") or message_job(msg)
-        self.job_clocks.observe(job, msg.ts_ns, ref_ns)
+        self.job_clocks.observe(job, msg.ts_ns + min(0, self.comm_stage.skew_of(job, decoded)), ref_ns)
         now = self.job_clocks.now(job, ref_ns)
         out = self._guard(job, self.job_stage.feed, msg, decoded, now)
         out.extend(self._guard(job, self.job_stage.tick_job, job, now, self.held(job)))

@@ -22,6 +22,13 @@ none: clocks that agree that well are used as they are (the detectors estimate s
 offsets from the calls themselves). Replay of a capture sorted by stamp has no arrival
 times: there every lag is about 0, and stamps are used as they are.
 
+Once a job is `ESTABLISHED_NS` old, its base no longer drops by `SKEW_MIN_NS` or more at once:
+a node whose clock is set seconds ahead mid-run (time sync stepping it), or that joins with
+one, gets a negative skew (its stamps are moved back onto the job's clock) rather than
+moving the job's clock, and every other node's and every call's time with it (they would
+all seem seconds older at once: a P0 `node_lost` for a healthy node). Its `ahead` (how far
+it was moved back) shrinks as its lag rises again (its clock set back).
+
 A worker reads a backlog in polls, all received at one reference time: the lags of a
 poll are learnt first (`observe`), its messages dated after (`skew`), so the early messages
 of a poll are dated with what the freshest ones say of their node.
@@ -32,6 +39,10 @@ of a poll are dated with what the freshest ones say of their node.
 [0, 5000000000, 0, 0]
 >>> lags.observe("j", "b", 7 * S, 2 * S)     # a late one: its lag stays about its smallest
 5500000000
+>>> lags.observe("j", "a", -5 * S, 9 * S)    # a's clock set 5 s ahead: a is moved back, not the others
+-5000000000
+>>> lags.skew("j", "c")
+0
 """
 
 from __future__ import annotations
@@ -40,12 +51,13 @@ FORGET = 0.5
 SAMPLE_NS = 100_000_000
 SKEW_MIN_NS = 500_000_000
 BASE_REFRESH_NS = 1_000_000_000
+ESTABLISHED_NS = 5_000_000_000
 
 
 class NodeLags:
     def __init__(self) -> None:
-        self._lag: dict[str, dict[str | int, list[int]]] = {}  # job -> node or rank -> [when, smallest lag]
-        self._base: dict[str, list[int]] = {}  # job -> [when computed, base]
+        self._lag: dict[str, dict[str | int, list[int]]] = {}  # job -> node or rank -> [when, smallest lag, ahead]
+        self._base: dict[str, list[int]] = {}  # job -> [when computed, base, first seen]
 
     def observe(self, job: str, node: str | int, lag: int, ref_ns: int) -> int:
         """One heartbeat of `node` (or call batch of rank `node`) received `lag` ns after its
@@ -57,27 +69,31 @@ class NodeLags:
             nodes = self._lag[job] = {}
         e = nodes.get(node)
         if e is None:
-            e = nodes[node] = [ref_ns, lag]
+            e = nodes[node] = [ref_ns, lag, 0]
         elif lag < e[1] or ref_ns - e[0] >= SAMPLE_NS:
             e[1] = min(lag, e[1] + int((ref_ns - e[0]) * FORGET))
             e[0] = ref_ns
         b = self._base.get(job)
-        if b is None or ref_ns - b[0] >= BASE_REFRESH_NS:
-            b = self._base[job] = [ref_ns, min(v[1] for v in nodes.values())]
-        elif e[1] < b[1]:
-            b[1] = e[1]
+        if b is None:
+            b = self._base[job] = [ref_ns, lag, ref_ns]
+        elif e[2] or (e[1] < b[1] - SKEW_MIN_NS and ref_ns - b[2] >= ESTABLISHED_NS):
+            e[2] = max(0, b[1] - e[1])  # ahead of an established job's clock: moved back onto it
+        if ref_ns - b[0] >= BASE_REFRESH_NS:
+            b[0], b[1] = ref_ns, min(v[1] + v[2] for v in nodes.values())
+        elif e[1] + e[2] < b[1]:
+            b[1] = e[1] + e[2]
         d = e[1] - b[1]
-        return d if d >= SKEW_MIN_NS else 0
+        return d if abs(d) >= SKEW_MIN_NS else 0
 
     def skew(self, job: str, node: str | int) -> int:
-        """How far the clock of `node` (or of rank `node`'s node) runs behind the job's: >= 0,
-        0 under `SKEW_MIN_NS` or when it was never observed."""
+        """How far the clock of `node` (or of rank `node`'s node) runs behind the job's
+        (negative: ahead, moved back), 0 under `SKEW_MIN_NS` or when it was never observed."""
         nodes = self._lag.get(job)
         e = nodes.get(node) if nodes else None
         if e is None:
             return 0
         d = e[1] - self._base[job][1]
-        return d if d >= SKEW_MIN_NS else 0
+        return d if abs(d) >= SKEW_MIN_NS else 0
 
     def knows(self, job: str, node: str | int) -> bool:
         nodes = self._lag.get(job)

@@ -5,7 +5,9 @@ member's times are real (GPU_TIMED or host-blocking; `CommState.ok`), the window
 
 - clock offsets: collectives complete at nearly the same instant on every member, so a
   member's offset is the median over the window of its completion minus the instance's
-  median completion, blended into a running estimate (robust, follows slow drift);
+  median completion, blended into a running estimate (robust, follows slow drift); one
+  that moved by `OFFSET_STEP_NS` or more since is taken at once (its clock was set anew:
+  drift never moves it that far in a window);
 - `lag_ms`: mean clock-corrected arrival lag against the instance's median arrival (the
   heatmap's lateness), `last_share`: share of instances a member arrived last;
 - `inside`: the share of the window's wall time each member spent inside this comm's calls
@@ -30,6 +32,7 @@ from commwatch.streams.detect.medians import median as _median
 from commwatch.streams.detect.medians import nanmedian, others_median
 
 OFFSET_BLEND = 0.3
+OFFSET_STEP_NS = 50_000_000
 MIN_GAP_NS = 50_000  # shorter gaps between calls are not compute (back-to-back calls)
 MIN_GAPS = 1  # a member's busy figures need this many gaps in the window (stage 2 pools windows)
 OUTLIER = 3.0  # an instance whose gap is over this many times the typical one holds waits, not compute
@@ -64,7 +67,8 @@ def window_report(state: CommState, a: int, b: int, now_ns: int) -> dict | None:
     if state.offset_windows == 0:
         state.offsets[:] = w_off
     else:
-        state.offsets += OFFSET_BLEND * (w_off - state.offsets)
+        moved = w_off - state.offsets
+        state.offsets += np.where(np.abs(moved) >= OFFSET_STEP_NS, 1.0, OFFSET_BLEND) * moved
     state.offset_windows += 1
     cs = start - state.offsets
     ce = end - state.offsets

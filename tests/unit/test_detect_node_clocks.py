@@ -13,24 +13,25 @@ import pytest
 
 from commwatch.decode import decode_messages
 from commwatch.producers import jobmodel as jm
-from commwatch.streams.detect import Detector, node_lag
+from commwatch.streams.detect import Detector, node_lag, windows
 
 S = 1_000_000_000
 SKEWED = (2000.0, 6000.0)
 
 
-def _run(settings, **kw) -> list[dict]:
-    run = jm.run_job(jm.JobConfig(job="j", clock_offset_ms=SKEWED, gpus_per_node=4, **kw))
-    assert max(c.offset_s for c in run.clocks) - min(c.offset_s for c in run.clocks) > 2.0
+def _run(settings, clock_offset_ms=SKEWED, gpus_per_node=4, **kw) -> list[dict]:
+    run = jm.run_job(jm.JobConfig(job="j", clock_offset_ms=clock_offset_ms, gpus_per_node=gpus_per_node, **kw))
+    if clock_offset_ms == SKEWED:
+        assert max(c.offset_s for c in run.clocks) - min(c.offset_s for c in run.clocks) > 2.0
     msgs, received = zip(*jm.merge_received([run]))
     det = Detector(settings)
     events = det.feed_stream(list(msgs), decode_messages(list(msgs), settings.max_message_bytes), list(received))
     return events + det.tick(received[-1] + S)
 
 
-def _paged(events: list[dict]) -> list[tuple]:
+def _paged(events: list[dict], severities: tuple[str, ...] = ("P0", "P1")) -> list[tuple]:
     return sorted({(e["kind"], tuple(e["culprit_ranks"])) for e in events
-                   if e["status"] == "open" and e["severity"] in ("P0", "P1")})
+                   if e["status"] == "open" and e["severity"] in severities})
 
 
 @pytest.mark.parametrize("layout,probe", [((2, 2, 4), "gpu"), ((2, 4, 8), "enqueue")])
@@ -63,3 +64,31 @@ def test_a_late_heartbeat_of_one_node_is_not_taken_for_a_skew():
             lags.observe("j", node, late + (5 * S if node == "c" else 0), t * S)
             skew = lags.skew("j", node)
             assert skew == (5 * S if node == "c" else 0) or late and skew <= S // 2 + (5 * S if node == "c" else 0)
+
+
+# A node's clock set 5 s ahead mid-run (time sync stepping it), in the job above. Before
+# the fix the job's clock followed it: every other node seemed 5 s silent at once (a P0
+# `node_lost` each: 4 in the 64-rank job), and a hang 10 s later was found 23 s after onset
+# instead of 5; the offsets between its ranks and the others' took ~20 windows to follow
+# (a P2 `slow_link` between the two nodes).
+STEP = dict(tp=2, pp=2, dp=4, duration_s=45.0, clock_step=(1, 20.0, 5.0))
+
+
+def test_a_node_clock_set_ahead_mid_run_pages_nobody_and_a_later_hang_is_found_on_time(settings):
+    assert _paged(_run(settings, seed=3, **STEP), ("P0", "P1", "P2")) == []
+    hang = [e for e in _run(settings, seed=4, **{**STEP, "clock_step": (1, 15.0, 5.0)},
+                            faults=(jm.HostHang(rank=9, at_s=25.0),))
+            if e["status"] == "open" and e["severity"] in ("P0", "P1")]
+    assert [(e["kind"], e["culprit_ranks"]) for e in hang] == [("hang", [9])]
+
+
+def test_the_step_fix_is_what_passes(settings, monkeypatch):
+    """The drills: a job's clock that follows a node set ahead pages `node_lost`; offsets
+    blended slowly after the step raise a `slow_link` (two nodes, clocks otherwise in sync)."""
+    monkeypatch.setattr(node_lag, "ESTABLISHED_NS", 10**18)
+    assert "node_lost" in {k for k, _ in _paged(_run(settings, seed=3, **STEP))}
+    monkeypatch.undo()
+    two_nodes = dict(STEP, clock_offset_ms=(20.0, 50.0), gpus_per_node=8)  # the bench's scenario
+    assert _paged(_run(settings, seed=3, **two_nodes), ("P0", "P1", "P2")) == []
+    monkeypatch.setattr(windows, "OFFSET_STEP_NS", 10**18)
+    assert [k for k, _ in _paged(_run(settings, seed=3, **two_nodes), ("P0", "P1", "P2"))] == ["slow_link"]

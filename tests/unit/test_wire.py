@@ -68,3 +68,25 @@ def test_comm_hex():
     assert wire.parse_comm("9f2c4d1e00a1b2c3") == 0x9F2C4D1E00A1B2C3
     with pytest.raises(WireError):
         wire.parse_comm("xyz")
+
+
+def test_a_call_across_a_clock_set_back_is_kept_with_its_times_left_out_of_timing():
+    """CLOCK_REALTIME set back while a call ran: its record ends before it started. A real
+    probe writes that (the job model's `clock-step` scenarios do, on 12 of 7,325 messages);
+    refusing it lost the batch's other calls. It is kept: its completion counts, its times
+    are not read as timing."""
+    from commwatch.streams.detect.comm_state import CommState
+
+    recs = _recs(4)
+    recs["flags"] = wire.FLAG_COMPLETED | wire.FLAG_GPU_TIMED
+    recs["seq"] = 0
+    recs["nranks"], recs["comm_rank"] = 4, np.arange(4)
+    recs["t_start_ns"] = 1_767_225_600_000_000_000 + np.arange(4)
+    recs["t_end_ns"] = recs["t_start_ns"] + 500
+    recs["t_end_ns"][2] = recs["t_start_ns"][2] - 2_000_000_000
+    out = wire.decode_batch(wire.encode_batch(recs), comm=0x1234)
+    assert (out == recs).all()
+    st = CommState("j", 0x1234, 8)
+    st.apply_records(out, np.full(4, 10**12, np.int64))
+    assert st.completed.tolist() == [0, 0, 0, 0]
+    assert st.ok[0].tolist() == [True, True, False, True]
