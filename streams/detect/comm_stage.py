@@ -223,6 +223,10 @@ class CommStage:
             key = self._rank_node.get(job, {}).get(key, key)
         return lags.skew(job, key)
 
+    def established(self, job: str, ref_ns: int) -> bool:
+        """Whether a node clock set ahead is moved back rather than followed (`node_lag.py`)."""
+        return self._node_lags.established(job, ref_ns)
+
     def skew_of(self, job: str, decoded: dict) -> int:
         """The skew of a job message's sender (`cw.topology.v1`, `cw.steps.v1`, `cw.hw.v1`): its
         node's, else its rank's."""

@@ -45,6 +45,7 @@ from commwatch.streams.detect.clock import JobClocks
 from commwatch.streams.detect.comm_stage import CommStage
 from commwatch.streams.detect.job_stage import TICK_NS as JOB_TICK_NS
 from commwatch.streams.detect.job_stage import JobStage
+from commwatch.streams.detect.node_lag import SKEW_MIN_NS
 from commwatch.wire import WireError
 
 log = logging.getLogger(__name__)
@@ -183,6 +184,9 @@ class Detector:
         out: list[dict] = []
         for job, (ms, ds, at) in by_job.items():
             own = [a if a < m.ts_ns else m.ts_ns for m, a in zip(ms, at)]
+            cap = self._ahead_cap(self.comm_clocks, job, ref_ns)
+            if cap is not None:
+                own = [t if t < cap else cap for t in own]
             top = self._clock_top(job, max(own))
             stamps = [a if a < top else top for a in at]
             self.comm_clocks.observe_many(job, own, ref_ns)
@@ -192,6 +196,15 @@ class Detector:
             if got:
                 out.extend(got)
         return self._kept(out) if out else out
+
+    def _ahead_cap(self, clocks: JobClocks, job: str, ref_ns: int) -> int | None:
+        """The newest stamp the job's clock may take now: an established job's now plus
+        `SKEW_MIN_NS` while its clock runs with the reference (not held: a backlog read at
+        speed runs ahead of it); None where no cap applies. A stamp further ahead is a node
+        whose clock was set ahead and whose lag is not learnt yet (`node_lag.py`)."""
+        if job not in clocks or self.held(job) or not self.comm_stage.established(job, ref_ns):
+            return None
+        return clocks.now(job, ref_ns) + SKEW_MIN_NS
 
     def _clock_top(self, job: str, newest: int) -> int:
         """How far stamps moved onto the job's clock (`learn_lags`) may go: its newest own
@@ -227,6 +240,9 @@ class Detector:
         self.stats["records"] += batch.count
         moved = self.comm_stage.learn_one(msg, batch, ref_ns)
         own = moved if moved < msg.ts_ns else msg.ts_ns
+        cap = self._ahead_cap(self.comm_clocks, batch.job, ref_ns)
+        if cap is not None and own > cap:
+            own = cap
         at = min(moved, self._clock_top(batch.job, own))
         self.comm_clocks.observe(batch.job, own, ref_ns)
         out = self._comm_job(batch.job, self._feed_batch, (at, batch), ref_ns)
@@ -282,7 +298,9 @@ class Detector:
         self.stats["messages"] += 1
         self._idle_until = 0
         job = decoded.get("job") or message_job(msg)
-        self.job_clocks.observe(job, msg.ts_ns + min(0, self.comm_stage.skew_of(job, decoded)), ref_ns)
+        stamp = msg.ts_ns + min(0, self.comm_stage.skew_of(job, decoded))
+        cap = self._ahead_cap(self.job_clocks, job, ref_ns)
+        self.job_clocks.observe(job, stamp if cap is None or stamp < cap else cap, ref_ns)
         now = self.job_clocks.now(job, ref_ns)
         out = self._guard(job, self.job_stage.feed, msg, decoded, now)
         out.extend(self._guard(job, self.job_stage.tick_job, job, now, self.held(job)))

@@ -27,7 +27,15 @@ a node whose clock is set seconds ahead mid-run (time sync stepping it), or that
 one, gets a negative skew (its stamps are moved back onto the job's clock) rather than
 moving the job's clock, and every other node's and every call's time with it (they would
 all seem seconds older at once: a P0 `node_lost` for a healthy node). Its `ahead` (how far
-it was moved back) shrinks as its lag rises again (its clock set back).
+it was moved back) shrinks as its lag rises again (its clock set back). A node whose every
+lag for `SET_BACK_NS` was `SKEW_MIN_NS` or more above its smallest had its clock set back:
+its smallest is taken from those at once (forgotten at half the rate time passes, it took
+10 s to follow a 5 s step, and the node seemed silent meanwhile: a P0 `node_lost` live); a
+heartbeat late once, or a few late within a shorter time, moves it no more than before. Until its lag is
+learnt (live, from its next heartbeat; its call batches are not learnt from), the job's
+clocks take none of its stamps as more than `SKEW_MIN_NS` ahead of the job's now
+(`Detector`): one poll of its batches would move the job's clock for good, every comm would
+then seem stale, and a hang in it went unalerted.
 
 A worker reads a backlog in polls, all received at one reference time: the lags of a
 poll are learnt first (`observe`), its messages dated after (`skew`), so the early messages
@@ -52,11 +60,13 @@ SAMPLE_NS = 100_000_000
 SKEW_MIN_NS = 500_000_000
 BASE_REFRESH_NS = 1_000_000_000
 ESTABLISHED_NS = 5_000_000_000
+SET_BACK_NS = 1_500_000_000
 
 
 class NodeLags:
     def __init__(self) -> None:
-        self._lag: dict[str, dict[str | int, list[int]]] = {}  # job -> node or rank -> [when, smallest lag, ahead]
+        # job -> node or rank -> [when, smallest lag, ahead, since when every lag was late, the least of those]
+        self._lag: dict[str, dict[str | int, list[int]]] = {}
         self._base: dict[str, list[int]] = {}  # job -> [when computed, base, first seen]
 
     def observe(self, job: str, node: str | int, lag: int, ref_ns: int) -> int:
@@ -69,10 +79,19 @@ class NodeLags:
             nodes = self._lag[job] = {}
         e = nodes.get(node)
         if e is None:
-            e = nodes[node] = [ref_ns, lag, 0]
-        elif lag < e[1] or ref_ns - e[0] >= SAMPLE_NS:
-            e[1] = min(lag, e[1] + int((ref_ns - e[0]) * FORGET))
-            e[0] = ref_ns
+            e = nodes[node] = [ref_ns, lag, 0, 0, 0]
+        else:
+            if lag < e[1] + SKEW_MIN_NS:
+                e[3] = 0
+            elif not e[3]:
+                e[3], e[4] = ref_ns, lag
+            else:
+                e[4] = min(e[4], lag)
+            if e[3] and ref_ns - e[3] >= SET_BACK_NS:  # every lag since late: its clock was set back
+                e[0], e[1], e[3] = ref_ns, e[4], 0
+            elif lag < e[1] or ref_ns - e[0] >= SAMPLE_NS:
+                e[1] = min(lag, e[1] + int((ref_ns - e[0]) * FORGET))
+                e[0] = ref_ns
         b = self._base.get(job)
         if b is None:
             b = self._base[job] = [ref_ns, lag, ref_ns]
@@ -94,6 +113,11 @@ class NodeLags:
             return 0
         d = e[1] - self._base[job][1]
         return d if abs(d) >= SKEW_MIN_NS else 0
+
+    def established(self, job: str, ref_ns: int) -> bool:
+        """Whether the job's base no longer drops at once (`ESTABLISHED_NS` after its first lag)."""
+        b = self._base.get(job)
+        return b is not None and ref_ns - b[2] >= ESTABLISHED_NS
 
     def knows(self, job: str, node: str | int) -> bool:
         nodes = self._lag.get(job)

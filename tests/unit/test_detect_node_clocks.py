@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import pytest
 
+from commwatch import topics
 from commwatch.decode import decode_messages
 from commwatch.producers import jobmodel as jm
-from commwatch.streams.detect import Detector, node_lag, windows
+from commwatch.streams.detect import Detector, detector, node_lag, windows
+from commwatch.wire import WireError
 
 S = 1_000_000_000
 SKEWED = (2000.0, 6000.0)
@@ -92,3 +94,47 @@ def test_the_step_fix_is_what_passes(settings, monkeypatch):
     assert _paged(_run(settings, seed=3, **two_nodes), ("P0", "P1", "P2")) == []
     monkeypatch.setattr(windows, "OFFSET_STEP_NS", 10**18)
     assert [k for k, _ in _paged(_run(settings, seed=3, **two_nodes), ("P0", "P1", "P2"))] == ["slow_link"]
+
+
+def _live(settings, by_s: float, faults=()) -> list[dict]:
+    """As a worker learns node clocks (`streams/app.py`): polls of 0.1 s of arrivals, lags
+    learnt from heartbeats only (a node's call batches take its skew, never teach it)."""
+    run = jm.run_job(jm.JobConfig(job="j", tp=2, pp=2, dp=4, duration_s=45.0, seed=3, gpus_per_node=4,
+                                  clock_step=(1, 20.0, by_s), faults=faults))
+    msgs, received = zip(*jm.merge_received([run]))
+    decoded = decode_messages(list(msgs), settings.max_message_bytes)
+    det, out, i = Detector(settings), [], 0
+    while i < len(msgs):
+        ref = received[i] + S // 10
+        j = next((k for k in range(i, len(msgs)) if received[k] > ref), len(msgs))
+        poll = [(m, d) for m, d in zip(msgs[i:j], decoded[i:j]) if not isinstance(d, WireError)]
+        comm = [(m, d) for m, d in poll if m.topic in (topics.CALLS, topics.PROGRESS)]
+        if comm:
+            ms, ds = map(list, zip(*comm))
+            for rep in det.comm_feed(ms, ds, ref, [m.topic == topics.PROGRESS for m in ms]):
+                out += det.job_feed_report(rep, ref)  # the worker's job half reads them back
+        for m, d in poll:
+            if m.topic not in (topics.CALLS, topics.PROGRESS):
+                out += det.job_feed(m, d, ref)
+        out += det.tick(ref)
+        i = j
+    return out
+
+
+def test_live_a_node_clock_set_back_or_ahead_pages_nobody_and_a_hang_after_it_is_found(settings):
+    """Live, a node set 5 s back seemed silent until its smallest lag followed (a P0
+    `node_lost`); set 5 s ahead, its call batches moved the job's clock before its next
+    heartbeat said how far ahead it runs, every comm seemed stale after, and a hang 10 s later
+    was never alerted."""
+    assert _paged(_live(settings, -5.0), ("P0", "P1", "P2")) == []
+    assert _paged(_live(settings, 5.0), ("P0", "P1", "P2")) == []
+    for by_s in (-5.0, 5.0):
+        assert _paged(_live(settings, by_s, faults=(jm.HostHang(rank=9, at_s=30.0),))) == [("hang", (9,))]
+
+
+def test_the_live_fixes_are_what_passes(settings, monkeypatch):
+    monkeypatch.setattr(node_lag, "SET_BACK_NS", 10**18)
+    assert ("node_lost", (4, 5, 6, 7)) in _paged(_live(settings, -5.0))
+    monkeypatch.undo()
+    monkeypatch.setattr(detector, "SKEW_MIN_NS", 10**18)  # the job's clocks take any stamp
+    assert "hang" not in {k for k, _ in _paged(_live(settings, 5.0, faults=(jm.HostHang(rank=9, at_s=30.0),)))}
