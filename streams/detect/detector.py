@@ -184,10 +184,10 @@ class Detector:
         out: list[dict] = []
         for job, (ms, ds, at) in by_job.items():
             own = [a if a < m.ts_ns else m.ts_ns for m, a in zip(ms, at)]
-            cap = self._ahead_cap(self.comm_clocks, job, ref_ns)
-            if cap is not None:
-                own = [t if t < cap else cap for t in own]
-            top = self._clock_top(job, max(own))
+            newest = max(own)
+            top = self._clock_top(self.comm_clocks, job, newest, ref_ns)
+            if top < newest:
+                own = [t if t < top else top for t in own]
             stamps = [a if a < top else top for a in at]
             self.comm_clocks.observe_many(job, own, ref_ns)
             if len(ms) > 1 and max(stamps) >= self.comm_stage.next_tick_ns(job):
@@ -197,22 +197,22 @@ class Detector:
                 out.extend(got)
         return self._kept(out) if out else out
 
-    def _ahead_cap(self, clocks: JobClocks, job: str, ref_ns: int) -> int | None:
-        """The newest stamp the job's clock may take now: an established job's now plus
-        `SKEW_MIN_NS` while its clock runs with the reference (not held: a backlog read at
-        speed runs ahead of it); None where no cap applies. A stamp further ahead is a node
-        whose clock was set ahead and whose lag is not learnt yet (`node_lag.py`)."""
-        if job not in clocks or self.held(job) or not self.comm_stage.established(job, ref_ns):
-            return None
-        return clocks.now(job, ref_ns) + SKEW_MIN_NS
-
-    def _clock_top(self, job: str, newest: int) -> int:
+    def _clock_top(self, clocks: JobClocks, job: str, newest: int, ref_ns: int) -> int:
         """How far stamps moved onto the job's clock (`learn_lags`) may go: its newest own
         stamp, `newest` (of the messages in hand) included. A skew dates a node behind as the
         others; it never moves the job's clock, which observes the stamps as they came, or as
-        moved back (a node whose clock was set ahead of an established job's, `node_lag.py`)."""
-        top = self.comm_clocks.stamp(job)
-        return newest if newest > top else top
+        moved back (a node whose clock was set ahead of an established job's, `node_lag.py`).
+        Nor does a stamp more than `SKEW_MIN_NS` ahead of an established job's now while its
+        clock runs with the reference (not held: a backlog read at speed runs ahead of it):
+        it is a node whose clock was set ahead, its lag not learnt yet; it is taken as that."""
+        top = clocks.stamp(job)
+        if newest <= top:
+            return top
+        if newest - top > SKEW_MIN_NS and job in clocks and not self.held(job) and self.comm_stage.established(
+                job, ref_ns):
+            cap = clocks.now(job, ref_ns) + SKEW_MIN_NS
+            return newest if newest < cap else cap
+        return newest
 
     def _feed_many(self, ms: list, ds: list, stamps: list[int], now: int) -> list[dict]:
         return self.comm_stage.feed_many(ms, ds, now, stamps)
@@ -240,11 +240,9 @@ class Detector:
         self.stats["records"] += batch.count
         moved = self.comm_stage.learn_one(msg, batch, ref_ns)
         own = moved if moved < msg.ts_ns else msg.ts_ns
-        cap = self._ahead_cap(self.comm_clocks, batch.job, ref_ns)
-        if cap is not None and own > cap:
-            own = cap
-        at = min(moved, self._clock_top(batch.job, own))
-        self.comm_clocks.observe(batch.job, own, ref_ns)
+        top = self._clock_top(self.comm_clocks, batch.job, own, ref_ns)
+        self.comm_clocks.observe(batch.job, own if own < top else top, ref_ns)
+        at = moved if moved < top else top
         out = self._comm_job(batch.job, self._feed_batch, (at, batch), ref_ns)
         return self._kept(out) if out else out
 
@@ -299,8 +297,7 @@ class Detector:
         self._idle_until = 0
         job = decoded.get("job") or message_job(msg)
         stamp = msg.ts_ns + min(0, self.comm_stage.skew_of(job, decoded))
-        cap = self._ahead_cap(self.job_clocks, job, ref_ns)
-        self.job_clocks.observe(job, stamp if cap is None or stamp < cap else cap, ref_ns)
+        self.job_clocks.observe(job, min(stamp, self._clock_top(self.job_clocks, job, stamp, ref_ns)), ref_ns)
         now = self.job_clocks.now(job, ref_ns)
         out = self._guard(job, self.job_stage.feed, msg, decoded, now)
         out.extend(self._guard(job, self.job_stage.tick_job, job, now, self.held(job)))
