@@ -235,9 +235,11 @@ def validate_records(recs: np.ndarray, comm: int | np.ndarray | None = None) -> 
 
     Rules (beyond kind and op): `rank` in [-1, MAX_RANKS) (-1: unknown); `nranks` in
     [1, MAX_RANKS]; `comm_rank` in [0, nranks); `peer` in [-1, nranks); `seq` below
-    MAX_SEQ; both times in [0, MAX_TS_NS); `bytes` below MAX_BYTES; non-CALL kinds have op 0; a COMM_INIT's node count
-    (`aux`) is at most `nranks`. Flag bits a consumer does not know are ignored (contract
-    section 1), and `t_end_ns` of a call not COMPLETED is not read.
+    MAX_SEQ; both times in [0, MAX_TS_NS); `bytes` below MAX_BYTES; non-CALL kinds have op
+    0; a COMM_INIT's node count (`aux`) is at most `nranks`. Flag bits a consumer does not
+    know are ignored (contract section 1), and `t_end_ns` of a call not COMPLETED is not
+    read. A COMPLETED call may end before it started: its node's clock was set back while it
+    ran (the detector leaves such times out of timing).
 
     The common case (nothing wrong) costs a dozen numpy operations over the record words;
     only a batch that fails them is checked rule by rule for the exact reason.

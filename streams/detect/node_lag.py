@@ -31,11 +31,12 @@ it was moved back) shrinks as its lag rises again (its clock set back). A node w
 lag for `SET_BACK_NS` was `SKEW_MIN_NS` or more above its smallest had its clock set back:
 its smallest is taken from those at once (forgotten at half the rate time passes, it took
 10 s to follow a 5 s step, and the node seemed silent meanwhile: a P0 `node_lost` live); a
-heartbeat late once, or a few late within a shorter time, moves it no more than before. Until its lag is
-learnt (live, from its next heartbeat; its call batches are not learnt from), the job's
-clocks take none of its stamps as more than `SKEW_MIN_NS` ahead of the job's now
-(`Detector`): one poll of its batches would move the job's clock for good, every comm would
-then seem stale, and a hang in it went unalerted.
+heartbeat late once, or a few late within a shorter time, moves it no more than before.
+Until the lag of a node set ahead is learnt (live, from its next heartbeat; its call
+batches are not learnt from), the job's clocks take none of its stamps as more than
+`SKEW_MIN_NS` ahead of the job's now (`Detector._clock_top`): one poll of its batches would
+move the job's clock for good, every comm would then seem stale, and a hang in it went
+unalerted.
 
 A worker reads a backlog in polls, all received at one reference time: the lags of a
 poll are learnt first (`observe`), its messages dated after (`skew`), so the early messages
