@@ -198,6 +198,7 @@ L16P = (1, 8, 2)
 L16D = (1, 1, 16)
 L32 = (4, 2, 4)
 L64 = (2, 4, 8)
+L32T8 = (8, 2, 2)  # a tensor-parallel group per node
 
 
 def jobmodel_cases() -> list[Case]:
@@ -338,6 +339,24 @@ def jobmodel_cases() -> list[Case]:
         faults=lambda w, s: (jm.HostHang(pick(w, s), 25.0),))
     add("slow1.6-skewed-node-clocks", L16, duration_s=50.0, faults=lambda w, s: (jm.SlowGpu(pick(w, s), 1.6, 15.0),),
         **skewed)
+    # a node slow as a whole (its GPUs throttled together), named in one incident: where its
+    # ranks are whole tensor-parallel groups, their TP peers are as slow as they are
+    for factor, lay, probe, gpn in ((1.3, L32T8, "gpu", 8), (1.3, L32T8, "enqueue", 8), (1.4, L16, "gpu", 4),
+                                    (1.3, (8, 1, 4), "gpu", 8), (1.3, (1, 1, 32), "gpu", 8)):
+        add(f"slow-node{factor}-{probe}", lay, probe=probe, gpus_per_node=gpn, duration_s=50.0,
+            faults=lambda w, s, f=factor: (jm.SlowNode(1, f, 15.0),))
+    add("slow-node1.6-from-start", L32T8, duration_s=50.0, faults=lambda w, s: (jm.SlowNode(1, 1.6),))
+    add("two-slow-same-tp", L16, duration_s=50.0,
+        faults=lambda w, s: (jm.SlowGpu(4, 1.5, 15.0), jm.SlowGpu(5, 1.5, 15.0)))
+    # a slow rank in a job that checkpoints often (from before the first): after each
+    # checkpoint its TP peer's fine comm holds the checkpoint's gap a while, and in coarser
+    # comms the peer waits on it
+    add("slow1.4-checkpoints", L16, duration_s=120.0, checkpoint_every=15, checkpoint_s=(10.0, 20.0),
+        faults=lambda w, s: (jm.SlowGpu(9, 1.4, 5.0),))
+    add("slow1.5-jitter0.15", L16, duration_s=50.0, jitter=0.15, faults=lambda w, s: (jm.SlowGpu(6, 1.5, 15.0),))
+    add("unbalanced1.3", L32T8, control="unbalanced", duration_s=50.0, stage_factors=(1.0, 1.3))
+    add("healthy-jitter", L32T8, control="healthy", duration_s=45.0, jitter=0.08)
+    add("healthy-gc-pauses", (4, 2, 4), control="healthy", duration_s=60.0, gc_pauses_per_s=0.03)
     return out
 
 

@@ -88,6 +88,18 @@ class SlowGpu:
 
 
 @dataclass(frozen=True)
+class SlowNode:
+    """Every GPU of node `node` (its index in the job) computes `factor` times slower from `at_s`
+    (a node throttled as a whole: cooling, power capping, a bad host). Its ranks are the
+    culprits, named together; where they form whole tensor-parallel groups, no peer of theirs
+    on another node shows it."""
+
+    node: int
+    factor: float
+    at_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class SlowLink:
     """Transfers between nodes `a` and `b` (indices in the job) take `factor` times longer from
     `at_s` (a degraded NIC, cable or switch port): every collective with members on both and
@@ -117,4 +129,5 @@ class AgentSilent:
     at_s: float
 
 
-Fault = HostHang | Crash | JobExit | StuckCompletion | GpuStuck | CommHang | SlowGpu | HostPause | AgentSilent
+Fault = (HostHang | Crash | JobExit | StuckCompletion | GpuStuck | CommHang | SlowGpu | SlowNode | SlowLink | HostPause
+         | AgentSilent)

@@ -150,7 +150,7 @@ def _check_fault(f, layout: Layout) -> None:
         raise ValueError(f"{f}: rank outside 0..{layout.world - 1}")
     if isinstance(f, F.CommHang) and f.group not in layout.by_name:
         raise ValueError(f"{f}: no group {f.group!r} (groups: {', '.join(g.name for g in layout.groups[:6])}, ...)")
-    if isinstance(f, F.AgentSilent) and not 0 <= f.node < layout.n_nodes:
+    if isinstance(f, (F.AgentSilent, F.SlowNode)) and not 0 <= f.node < layout.n_nodes:
         raise ValueError(f"{f}: node outside 0..{layout.n_nodes - 1}")
     if isinstance(f, F.SlowLink) and not (0 <= f.a < layout.n_nodes and 0 <= f.b < layout.n_nodes and f.a != f.b
                                           and f.factor > 0):
@@ -173,6 +173,8 @@ def _plans(cfg: JobConfig, layout: Layout, rng: np.random.Generator) -> list[Ran
                                                               rng.uniform(*GC_PAUSE_S, n_gc))]
         plan.checkpoints = {it: d + float(rng.uniform(0.0, 1.0)) for it, d in ckpt_shared.items()}
         for f in cfg.faults:
+            if isinstance(f, F.SlowNode) and layout.node_of(rank) == f.node:
+                plan.slow.append((f.at_s, f.factor))
             if getattr(f, "rank", rank) != rank:
                 continue
             if isinstance(f, F.JobExit) and f.clean:
@@ -303,6 +305,10 @@ def truth(run: JobRun) -> list[dict]:
         elif isinstance(f, F.SlowGpu):
             expect = f.factor >= F.SLOW_MIN_FACTOR and f.at_s + F.SLOW_MIN_S <= end
             out.append(entry("slow_rank", name, f.at_s, f.at_s, [f.rank], expect=expect, factor=f.factor))
+        elif isinstance(f, F.SlowNode):
+            expect = f.factor >= F.SLOW_MIN_FACTOR and f.at_s + F.SLOW_MIN_S <= end
+            out.append(entry("slow_rank", name, f.at_s, f.at_s, layout.ranks_of_node(f.node),
+                             nodes=[layout.node_names[f.node]], expect=expect, factor=f.factor))
         elif isinstance(f, F.SlowLink):  # expected only if some transfer crossed it
             expect = f.factor >= F.SLOW_LINK_MIN_FACTOR and f.at_s + F.SLOW_MIN_S <= end and engine.slowed > 0
             out.append(entry("slow_link", name, f.at_s, f.at_s, nodes=sorted(layout.node_names[n] for n in (f.a, f.b)),

@@ -458,7 +458,37 @@ class JobStage:
 
     @staticmethod
     def _slow_open(js: JobState) -> set[int]:
-        return {inc.culprit_ranks[0] for inc in js.book.of_kind("slow_rank") if inc.culprit_ranks}
+        return {r for inc in js.book.of_kind("slow_rank") for r in inc.culprit_ranks}
+
+    @staticmethod
+    def _slow_units(js: JobState, found: dict[int, dict], hung: set[int]) -> list[tuple[tuple, list[int], dict]]:
+        """Incidents to assert: (key, culprit ranks, evidence). One per slow rank; ranks of one
+        node found slow at once, one per node (a node throttled as a whole: one page); ranks of
+        a group slow as a whole (`slow.py`, `steps.py`), one per group. A rank named by an open
+        incident stays in it, whichever way it is found now: one fault, one incident."""
+        named = {r: key for key, inc in js.book.open.items() if inc.kind == "slow_rank" for r in inc.culprit_ranks}
+        new = [r for r in found if r not in hung and r not in named]
+        together: dict[tuple, list[int]] = {}
+        for r in new:
+            node = js.node_of.get(r)
+            if node is not None:
+                together.setdefault(("slow_rank", "node", node), []).append(r)
+            if found[r].get("group"):
+                together.setdefault(("slow_rank", "group", found[r]["group"]), []).append(r)
+        units: dict[tuple, tuple[list[int], dict]] = {}
+        for r, ev in sorted(found.items()):
+            if r in hung:
+                continue
+            key = named.get(r) or next((k for k in ((("slow_rank", "node", js.node_of.get(r))),
+                                                    ("slow_rank", "group", ev.get("group")))
+                                        if len(together.get(k, ())) > 1), ("slow_rank", r))
+            units.setdefault(key, ([], ev))[0].append(r)
+        out = []
+        for key, (ranks, ev) in units.items():
+            inc = js.book.open.get(key)
+            ranks = sorted(set(ranks) | set(inc.culprit_ranks if inc else ()))
+            out.append((key, ranks, {**ev, "ranks": ranks} if len(ranks) > 1 else ev))
+        return out
 
     def _slow(self, js: JobState, now_ns: int, out: list) -> None:
         hung = set(js.book.open[("hang",)].culprit_ranks) if ("hang",) in js.book.open else set()
@@ -478,32 +508,41 @@ class JobStage:
         loss = js.steps.slowdown()
         clocks = self._sm_clocks(js)
         med_clock = statistics.median(clocks.values()) if len(clocks) >= 2 else 0.0
-        for rank, ev in sorted(found.items()):
-            if rank in hung:
-                continue
+        for key, ranks, ev in self._slow_units(js, found, hung):
             impact = ev["impact"]
-            key = ("slow_rank", rank)
             open_ = js.book.open.get(key)
             lasting = open_ is not None and now_ns - open_.opened_ns >= P1_AFTER_NS
             sev = "P1" if impact >= 0.5 and lasting else "P2" if impact >= 0.2 else "P3"
             if open_ is not None:
                 sev = min(sev, open_.severity)  # severity only rises while open: no flapping updates
-            clock = clocks.get(rank)
-            if clock and med_clock and clock < HW_SLOW_EVIDENCE_RATIO * med_clock:
-                ev = {**ev, "sm_clock_mhz": clock, "peers_sm_clock_mhz": med_clock}
+            low = {r: clocks[r] for r in ranks if clocks.get(r) and med_clock
+                   and clocks[r] < HW_SLOW_EVIDENCE_RATIO * med_clock}
+            if low:
+                ev = {**ev, "sm_clock_mhz": min(low.values()), "peers_sm_clock_mhz": med_clock}
+                if len(ranks) > 1:
+                    ev["sm_clock_low_ranks"] = sorted(low)
             if loss is not None and loss > 0:
                 ev = {**ev, "job_slowdown": loss}
-            if rank in js.coords:
-                ev = {**ev, "coords": js.coords[rank]}
-            where = "its iteration phases" if ev.get("signal") == "phases" else "computing between calls"
+            if len(ranks) == 1 and ranks[0] in js.coords:
+                ev = {**ev, "coords": js.coords[ranks[0]]}
+            where = (("its" if len(ranks) == 1 else "their") + " iteration phases") if ev.get("signal") == "phases" \
+                else "computing between calls"
+            nodes = self.nodes_of(js, ranks)
+            if len(ranks) == 1:
+                who = f"rank {ranks[0]} is {ev['slowdown'] * 100:.0f}% slower than the ranks doing the same work"
+            else:
+                who = (f"ranks {_span(ranks)} ({', '.join(nodes[:4])}{'...' if len(nodes) > 4 else ''}) are "
+                       f"~{ev['slowdown'] * 100:.0f}% slower than the ranks doing the same work elsewhere")
             out.extend(js.book.assert_(
-                key, now_ns, kind="slow_rank", severity=sev, culprit_ranks=[rank],
-                culprit_nodes=self.nodes_of(js, [rank]),
+                key, now_ns, kind="slow_rank", severity=sev, culprit_ranks=ranks, culprit_nodes=nodes,
                 comm=ev.get("comm", ""), quiet_ns=int(3 * self.median_step_ns(js)),
-                summary=f"rank {rank} is {ev['slowdown'] * 100:.0f}% slower than the ranks doing the same work "
-                        f"({where}); the job loses ~{impact * 100:.0f}% of its time waiting on it",
-                evidence=ev, id_hint=f"{rank}-{now_ns}"))
+                summary=f"{who} ({where}); the job loses ~{impact * 100:.0f}% of its time waiting on "
+                        f"{'it' if len(ranks) == 1 else 'them'}",
+                evidence=ev, id_hint=f"{ranks[0]}-{now_ns}"))
+        named = self._slow_open(js)
         for adv in js.slow.advisories(js.coords):
+            if named.intersection(adv["ranks"]):
+                continue  # ranks of the stage are slow: they explain it (a slow node from the start)
             nodes = self.nodes_of(js, adv["ranks"])
             out.extend(js.book.assert_(
                 ("imbalance", adv["stage"]), now_ns, kind="slow_rank", severity="P3", culprit_ranks=[],
@@ -601,3 +640,18 @@ class JobStage:
                         f"{comm[:4]}..; the job still progresses (GPU or driver fault suspected)",
                 evidence={"completed": done, "peers_completed": peers, "comm": comm}, id_hint=f"{rank}-{now_ns}"))
         js.stuck_since = {r: t for r, t in js.stuck_since.items() if r in self._stuck(js, now_ns)}
+
+
+def _span(ranks: list[int]) -> str:
+    """Ranks as runs.
+
+    >>> _span([8, 9, 10, 11, 24])
+    '8-11, 24'
+    """
+    runs: list[list[int]] = []
+    for r in sorted(ranks):
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)

@@ -7,7 +7,8 @@ slowdown, and since when: two interchangeable models, chosen by the `slow_model`
   or at once when >= `FAST_RATIO` in two new windows in a row, or in one window in which
   it was slow in nearly every instance (`steady`: a pause lengthens one gap, not all), or
   in one window that the caller's own evidence makes conclusive (`conclusive`: an
-  iteration whose phases are all stretched alike, `steps.py`).
+  iteration whose phases are all stretched alike, `steps.py`). A window far slower overall
+  but slow in few of its instances (`pause`) holds a pause's long gaps: it counts for nothing.
 - `river`: the same evidence, and a Page-Hinkley drift detector (`river.drift.PageHinkley`,
   upward) per rank that learns the rank's normal ratio and flags the onset of a rise as
   soon as it is significant: a rank hot in two new windows with a detected drift is slow
@@ -51,7 +52,8 @@ class RankModel:
         return 1.0 + self.impact
 
     def update(self, ratio: float, stamp: int, now_ns: int, held: bool = False, short: float | None = None,
-               start: int | None = None, steady: bool = False, conclusive: bool = False) -> int | None:
+               start: int | None = None, steady: bool = False, conclusive: bool = False, pause: bool = False
+               ) -> int | None:
         """`ratio` over the horizon (steady); `short` over each comm's latest window alone
         (fast but noisy). A slowdown is hot in both; the streak counts new windows in a row
         that are hot alone (a pause lasts one or two of them, however long the horizon
@@ -59,7 +61,9 @@ class RankModel:
         `steady`: the rank was slow in nearly every instance of that window, not in one
         long gap (a pause): a window at >= `FAST_RATIO` decides alone. `conclusive`: the
         caller's own evidence shows that this window alone is a slowdown (every phase of an
-        iteration stretched alike, `steps.py`): it decides at once."""
+        iteration stretched alike, `steps.py`): it decides at once. `pause`: the rank was slow
+        in few instances of that window; if it is far slower overall (`FAST_RATIO`), a few
+        long gaps hold it (a GC pause, a data-loader hiccup): the window counts for nothing."""
         short = ratio if short is None else short
         new = stamp != self.last_stamp
         self.last_stamp = stamp
@@ -68,6 +72,8 @@ class RankModel:
             self.seen += 1
             drift = self._drift(short)
         thr = self.threshold()
+        if new and pause and short >= FAST_RATIO and not held:
+            return None
         if held:
             if ratio >= 1.0 + self.impact / 2:
                 return self.hot_since or stamp or now_ns

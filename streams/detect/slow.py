@@ -53,7 +53,10 @@ OUTLIER = 3.0  # a class of gaps this many times a rank's typical one spans an i
 MIN_CLASS_COUNT = 4  # a class of pipeline intervals is compared once it holds this many (early passes vary)
 ECHO_SHARE = 1 / 3  # a slowdown under this share of the largest one in the job is its echo
 STEADY_SHARE = 0.8  # a window in which a rank was slow in this share of the instances is no pause
+PAUSE_SHARE = 0.5  # ... and one far slower in all (`FAST_RATIO`) but slow in under this share is one
 SWITCH = 0.8  # a rank is judged in another comm once its intervals there are this much of those where it is
+GROUP_HOLD_NS = 3_000_000_000  # a group seems slower as a whole this long before it is judged as one
+FOUND = "found"
 LINK_FACTOR = 1.5
 LINK_MIN_MS = 1.0
 LINK_GRACE = 3
@@ -71,7 +74,7 @@ class CommTiming:
     timed: bool = True  # False: host-enqueue records, no timing
     inside: dict[int, float] | None = None  # share of time inside this comm's calls, over the horizon
     hist: deque = field(default_factory=lambda: deque(maxlen=HORIZON_WINDOWS))  # (ts, span, inside array)
-    busy: deque = field(default_factory=lambda: deque(maxlen=BUSY_WINDOWS))  # (ts, gap sums, counts, shares)
+    busy: deque = field(default_factory=lambda: deque(maxlen=BUSY_WINDOWS))  # (ts, gap sums, counts, shares, medians)
     classes: deque = field(default_factory=lambda: deque(maxlen=BUSY_WINDOWS))  # pipelines: (sums, counts) per class
     lag_ms: dict[int, float] = field(default_factory=dict)
     crank: list[int] | None = None
@@ -98,6 +101,14 @@ class CommTiming:
 
     def busy_of(self, latest: bool = False) -> np.ndarray:
         return self._memo("busy_of", latest, self._busy_of)
+
+    def typical_of(self, latest: bool = False) -> np.ndarray:
+        """Per rank (aligned with `ranks`), the median of its windows' median compute gaps (ms)
+        over the kept windows (or the newest alone); nan where it has none."""
+        def typical(last: bool) -> np.ndarray:
+            wins = [self.busy[-1]] if last and self.busy else list(self.busy)
+            return _nanmedian(np.stack([w[4] for w in wins]), 0)
+        return self._memo("typical_of", latest, typical)
 
     def _class_busy(self, latest: bool) -> tuple[np.ndarray, np.ndarray]:
         """Pipelines: per class and rank (arrays `P2P_CLASSES` x ranks), the shortest interval
@@ -145,6 +156,9 @@ class SlowTracker:
         self.comms: dict[str, CommTiming] = {}
         self.models: dict[int, RankModel] = {}
         self.judged_in: dict[int, str] = {}  # rank -> the comm its ratio is taken in
+        self.low_busy: dict[tuple[int, str], float] = {}  # (rank, comm) -> its shortest mean busy gap yet
+        self.slow_groups: dict[str, tuple | str] = {}  # comm -> (since when its members seem slower together,
+        # corroborated since), or FOUND: judged as a group (`_slow_groups`)
         self.model_kind = model
         self.ratio: dict[int, float] = {}
         self.compute: dict[int, float] = {}
@@ -185,13 +199,14 @@ class SlowTracker:
         share = np.asarray(rep["busy_share"], float)
         if "busy_ms" in rep:
             sums = np.array([np.nan if v is None else v for v in rep["busy_ms"]], float)
-            ct.busy.append((rep["ts_ns"], sums, np.asarray(rep["busy_n"], float), share))
-            ct.steady = {r: v for r, v in zip(ct.ranks, rep.get("busy_steady") or ()) if v}
+            med = np.array([np.nan if v is None else v for v in rep.get("busy_med_ms") or [None] * len(sums)], float)
+            ct.busy.append((rep["ts_ns"], sums, np.asarray(rep["busy_n"], float), share, med))
+            ct.steady = {r: v for r, v in zip(ct.ranks, rep.get("busy_steady") or ()) if v is not None}
         if "busy_cls_ms" in rep:
             lows = np.array([[np.inf if v is None else v for v in row] for row in rep["busy_cls_ms"]], float)
             ct.classes.append((lows, np.asarray(rep["busy_cls_n"], float)))
             n = len(rep["ranks"])
-            ct.busy.append((rep["ts_ns"], np.full(n, np.nan), np.zeros(n), share))
+            ct.busy.append((rep["ts_ns"], np.full(n, np.nan), np.zeros(n), share, np.full(n, np.nan)))
 
     def window(self, rep: dict) -> None:
         ct = self._timing(rep, p2p=False)
@@ -238,7 +253,10 @@ class SlowTracker:
                 ch[0] += LEARN * (ms - ch[0])
 
     def forget_comm(self, comm: str) -> None:
-        self.comms.pop(comm, None)
+        self.slow_groups.pop(comm, None)
+        ct = self.comms.pop(comm, None)
+        for r in ct.ranks if ct else ():
+            self.low_busy.pop((r, comm), None)
 
     # --- evaluation -------------------------------------------------------------------
     def _fresh(self, ct: CommTiming, now_ns: int) -> bool:
@@ -352,17 +370,21 @@ class SlowTracker:
                 unknown.update(members)
         # a rank is judged in its finest comm: the shortest compute intervals, so the most of
         # them, but intervals of real compute (peers' >= MIN_BUSY_MS), not the scheduling
-        # noise between back-to-back calls. It moves to a finer comm only when that one's
-        # intervals are `SWITCH` shorter: a slowing rank's intervals grow in every comm, but
-        # in a comm whose horizon still holds its healthy past they grow later, and judged
-        # there its evidence would restart
+        # noise between back-to-back calls; by the shortest they have been (a checkpoint or a
+        # pause lengthens a fine comm's latest intervals for a while, and judged in a coarser
+        # one a slow rank's peer is slow, waiting on it in the fine one inside its gaps). It
+        # moves to a finer comm only when that one's intervals are `SWITCH` shorter: a slowing
+        # rank's intervals grow in every comm, but in a comm whose horizon still holds its
+        # healthy past they grow later, and judged there its evidence would restart
         finest: dict[int, tuple[str, tuple]] = {}
+        score: dict[int, tuple[bool, float]] = {}
         for c, res in long.items():
             for r, v in res.items():
                 if r in unknown:
                     continue
-                if r not in finest or (v[2] < MIN_BUSY_MS, v[1]) < (finest[r][1][2] < MIN_BUSY_MS, finest[r][1][1]):
-                    finest[r] = (c, v)
+                low = self.low_busy[(r, c)] = min(self.low_busy.get((r, c), np.inf), v[1])
+                if r not in finest or (v[2] < MIN_BUSY_MS, low) < score[r]:
+                    finest[r], score[r] = (c, v), (v[2] < MIN_BUSY_MS, low)
         for r, (c, v) in finest.items():
             was = self.judged_in.get(r)
             if was != c and was in long and r in long[was]:
@@ -370,6 +392,8 @@ class SlowTracker:
                 if (w[2] < MIN_BUSY_MS) == (v[2] < MIN_BUSY_MS) and v[1] >= SWITCH * w[1]:
                     finest[r] = (was, w)
             self.judged_in[r] = finest[r][0]
+        grouped = self._slow_groups(now_ns, long, finest, coords)
+        finest.update({r: (c, v) for r, (c, v, _) in grouped.items()})
         self.ratio = {r: v[0] for r, (_, v) in finest.items()}
         out = {}
         for r, (c, (ratio, mine, ref, ps)) in finest.items():
@@ -378,19 +402,106 @@ class SlowTracker:
                 m = self.models[r] = RankModel(self.model_kind, self.slow_impact, self.slow_windows)
             ct = self.comms[c]
             stamp = ct.ts_ns
-            s = short.get(c, {}).get(r)
+            s = grouped[r][2] if r in grouped else short.get(c, {}).get(r)
             verdict = m.update(ratio, stamp, now_ns, held=r in open_ranks, short=s[0] if s else ratio,
-                               start=stamp - int(ct.interval_ns), steady=ct.steady.get(r, 0.0) >= STEADY_SHARE)
+                               start=stamp - int(ct.interval_ns), steady=ct.steady.get(r, 0.0) >= STEADY_SHARE,
+                               pause=r not in grouped and ct.steady.get(r, 1.0) < PAUSE_SHARE)
             if verdict is None:
                 continue
             out[r] = {"ratio": round(ratio, 3), "slowdown": round(ratio - 1.0, 3), "comm": c,
                       "busy_ms": round(mine, 4), "peers_busy_ms": round(ref, 4),
                       "impact": round(min(1.0, (ratio - 1.0) * ps), 4), "onset_ns": int(verdict),
                       "lag_ms": ct.lag_ms.get(r), "signal": "collectives"}
+            if r in grouped:
+                out[r]["group"] = grouped[r][0]
         for r in list(self.models):
             if r not in finest and r not in open_ranks:
                 self.models[r].idle()
         return dominant(out, open_ranks)
+
+    def _slow_groups(self, now_ns: int, long: dict[str, dict[int, tuple]], finest: dict[int, tuple[str, tuple]],
+                     coords: dict[int, dict]
+                     ) -> dict[int, tuple[str, tuple, tuple | None]]:
+        """Ranks of a group that is slow as a whole, judged as a group.
+
+        Judged against each other, the members of a finest comm that all compute slower (a
+        slow node holding a whole tensor-parallel group: thermal throttling, a bad host) are
+        even. Two comparisons with the ranks doing the same work elsewhere must both show it:
+        - the group's typical gap (its members' median `typical_of`: waits that fall in some
+          gaps do not move it) against those of its sibling groups
+          (comms of its size, finest for their members, in the same pipeline stage): the
+          ratio every member is judged on (over the horizon, and in the latest windows), so
+          the group is found at once, not rank by rank. A group's fine gaps may hold waits in
+          other comms (a stage waiting on a slow stage of its pipeline): alone, this would
+          name victims;
+        - each member's pipeline comm (the same stage in the other pipelines; without
+          pipelines, its next-finest comm: the other data-parallel replicas), where those
+          waits sit inside calls, not in gaps: the members slower there by half the
+          threshold (their median; transfers in the gaps dilute it). A coarser collective (data parallel,
+          once an iteration) would not do: its gaps hold the pipeline's waits.
+        And nobody stands out within the group (every ratio there under half the threshold's
+        excess): one slow member makes its peers look slow in coarser comms, as they wait on
+        it inside the finest one. The group is judged as one once its sibling ratio over the
+        horizon held the threshold for `GROUP_HOLD_NS` (noisy jobs swing a small group's
+        typical gap by 20 % for seconds), the pipeline figure and the latest windows' ratio
+        agreeing at least once meanwhile (both vary with the kinds of intervals a window
+        holds); then while its gaps stay longer than its siblings' by half the threshold.
+        Returns rank -> (the group's comm, figures as `_comm_ratios` gives them, latest
+        figures or None)."""
+        half, thr = 1.0 + self.slow_impact / 2, 1.0 + self.slow_impact
+        stages = self.stages(coords)
+        stage_of = {r: s for s, members in stages.items() for r in members}
+        pipelined = len(stages) > 1
+        whole: dict[str, float] = {}  # comm finest for all its members, in one stage -> typical gap
+        siblings: dict[tuple[int, int], list[str]] = {}
+        for c, res in long.items():
+            ct = self.comms[c]
+            if ct.p2p or len(ct.ranks) < 2 or any(finest.get(r, ("",))[0] != c or r not in res for r in ct.ranks):
+                continue
+            at = {stage_of.get(r) for r in ct.ranks}
+            typical = _nanmedian(ct.typical_of(), 0)
+            if len(at) == 1 and None not in at and np.isfinite(typical) and typical > 0:
+                whole[c] = float(typical)
+                siblings.setdefault((len(ct.ranks), at.pop()), []).append(c)
+        out: dict[int, tuple[str, tuple, tuple | None]] = {}
+        of_rank: dict[int, list[tuple[str, tuple]]] = {}
+        for c, res in long.items():
+            for r, v in res.items():
+                of_rank.setdefault(r, []).append((c, v))
+        for group in siblings.values():
+            if len(group) < 2:
+                continue
+            for c in group:
+                res, ct = long[c], self.comms[c]
+                ref = _median([whole[o] for o in group if o != c])
+                if ref <= 0 or whole[c] < half * ref or max(res[r][0] for r in ct.ranks) >= half:
+                    self.slow_groups.pop(c, None)
+                    continue
+                latest = {o: float(_nanmedian(self.comms[o].typical_of(latest=True), 0)) for o in group}
+                peers = [v for o, v in latest.items() if o != c and v > 0]
+                now = (latest[c] / _median(peers),) if peers and latest[c] > 0 else None
+                state = self.slow_groups.get(c)
+                if state != FOUND:  # not yet judged as a group
+                    if whole[c] < thr * ref:
+                        self.slow_groups.pop(c, None)
+                        continue
+                    since, seen = state or (now_ns, False)
+                    nxt = {}
+                    for r in ct.ranks:
+                        options = [o for o in of_rank[r] if o[0] != c]
+                        pipes = [o for o in options if self.comms[o[0]].p2p]
+                        if pipes or (options and not pipelined):
+                            nxt[r] = min(pipes or options, key=lambda o: (o[1][2] < MIN_BUSY_MS,
+                                                                          self.low_busy.get((r, o[0]), o[1][1])))[1][0]
+                    seen = seen or ((now is None or now[0] >= thr) and len(nxt) == len(ct.ranks)
+                                    and _median(list(nxt.values())) >= half)
+                    self.slow_groups[c] = (since, seen)
+                    if not seen or now_ns - since < GROUP_HOLD_NS:
+                        continue
+                    self.slow_groups[c] = FOUND
+                for r in ct.ranks:
+                    out[r] = (c, (whole[c] / ref, whole[c], ref, res[r][3]), now)
+        return out
 
     def stages(self, coords: dict[int, dict]) -> dict[int, list[int]]:
         """Pipeline stages: from coordinates, else from the comm ranks of the P2P comms."""

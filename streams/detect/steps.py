@@ -36,6 +36,7 @@ PHASE_MIN_SHARE = 0.1  # a phase shorter than this share of the step cannot slow
 UNIFORM = 1.15  # phases stretched alike (largest ratio over smallest at most this): a slower device
 ALIKE_MIN_SHARE = 0.02  # ... counting phases down to this share of the step (a short forward too)
 ALIKE_RATIO = 1.4  # ... each at least this much: one iteration decides
+WHOLE_ALIKE = 0.5  # a TP group is slow as a whole when its least slow member's local excess is this share of the most's
 
 
 class StepTracker:
@@ -106,6 +107,15 @@ class StepTracker:
         return self.verdicts
 
     @staticmethod
+    def _conclusive(stretched: list[float], grouped: bool) -> bool:
+        """One iteration decides: a slower device stretches every phase by one factor, a pause
+        adds its time to the phase it falls in; every phase stretched alike (each >=
+        `ALIKE_RATIO`). Not for a group slow as a whole: its members wait on each other inside
+        their phases, so a member that only waits has them stretched alike too."""
+        return (len(stretched) == len(PHASES) and min(stretched) >= ALIKE_RATIO
+                and max(stretched) <= UNIFORM * min(stretched) and not grouped)
+
+    @staticmethod
     def _local_ratios(got: dict, members: list[int]) -> dict[int, float]:
         """Per member, its `LOCAL_PHASE` time over the median of the others' (the phase's
         share of the step does not matter here: it only tells a slow TP group's members apart)."""
@@ -128,6 +138,8 @@ class StepTracker:
         verdicts: dict[int, dict] = {}
         self.ratio = {}
         stretched: dict[int, list[float]] = {}  # per rank, its ratio in each phase (>= ALIKE_MIN_SHARE)
+        groups_of: dict[int, tuple] = {}  # ranks of a tensor-parallel group slow as a whole
+        waiting: set[int] = set()  # ranks whose slower phase is a wait on their group's slow member
         for phase in PHASES:
             vals = {r: p[phase] for r, (_, p, _) in got.items() if p and p.get(phase, 0) > 0}
             if len(vals) < 2:
@@ -152,7 +164,8 @@ class StepTracker:
                 # waits (they wait on someone inside the phase), not their own compute. Tensor-
                 # parallel peers wait inside the phase for their slow peer (GPU-timed phases
                 # hold the NCCL kernels): a TP group over counts once, and which of its members
-                # is slow is told by the phase its members compute apart (`LOCAL_PHASE`)
+                # is slow is told by the phase its members compute apart (`LOCAL_PHASE`); when
+                # every member is slower there too, the whole group is (a slow node)
                 over = [r for r, (x, _) in ratios.items() if x >= 1 + self.slow_impact]
                 groups_over: dict = {}
                 for r in over:
@@ -167,24 +180,32 @@ class StepTracker:
                 for g, group in groups_over.items():
                     if len(group) < 2:
                         continue
+                    excess = [local[r] - 1.0 for r in group if r in local]
+                    whole = sorted(apart[g]) == sorted(group) == sorted(
+                        r for r in members if (_tp_group(coords.get(r)) or ("rank", r)) == g
+                    ) and min(excess) >= WHOLE_ALIKE * max(excess)
+                    if whole:  # every member slower in its own compute too, alike: the group is slow (a slow node)
+                        for r in group:
+                            groups_of[r] = g
+                        continue
                     for r in group:
                         if len(apart[g]) != 1 or r != apart[g][0]:
                             del ratios[r]
+                            waiting.add(r)
                 for r, (ratio, ref) in ratios.items():
                     if ratio > self.ratio.get(r, 0.0):
                         self.ratio[r] = ratio
                         verdicts.setdefault(r, {})["_best"] = (ratio, ref, phase)
+        for r in waiting - set(self.ratio):
+            if r in self.models:  # a streak does not carry over an iteration spent waiting
+                self.models[r].idle()
         out = {}
         for r, ratio in self.ratio.items():
             m = self.models.get(r)
             if m is None:
                 m = self.models[r] = RankModel(self.model_kind, self.slow_impact, self.slow_windows)
-            # a slower device stretches every phase by one factor; a pause adds its time to the
-            # phase it falls in: every phase stretched alike (each >= ALIKE_RATIO) decides in
-            # one iteration
-            xs = stretched.get(r, ())
-            alike = len(xs) == len(PHASES) and min(xs) >= ALIKE_RATIO and max(xs) <= UNIFORM * min(xs)
-            onset = m.update(ratio, self.last_end_ns, self.last_end_ns, held=r in open_ranks, conclusive=alike)
+            onset = m.update(ratio, self.last_end_ns, self.last_end_ns, held=r in open_ranks,
+                             conclusive=self._conclusive(stretched.get(r, ()), r in groups_of))
             if onset is None or len(self.durations) <= WARMUP:  # the first iterations seen (a job resumed
                 # from a checkpoint starts at its iteration, and warms up all the same)
                 continue
@@ -195,6 +216,8 @@ class StepTracker:
                       "phase_ms": round(mine, 3), "peers_phase_ms": round(ref, 3),
                       "impact": round(min(1.0, (mine - ref) / step_ms), 4) if step_ms > 0 else 0.0,
                       "onset_ns": int(onset - step * 1e9), "signal": "phases"}
+            if r in groups_of:
+                out[r]["group"] = "tp:" + ",".join(f"{k}={v}" for k, v in groups_of[r])
         verdicts = out
         self.verdicts = verdicts
 

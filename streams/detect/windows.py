@@ -83,7 +83,7 @@ def window_report(state: CommState, a: int, b: int, now_ns: int) -> dict | None:
         span = float(ce.max() - cs.min())
     span = max(span, 1.0) * kt / k  # mixed windows: the timed instances' share of the span
     inside = (end - start).sum(axis=0) / span
-    busy, nbusy, share, steady = _collective_busy(state, a, b, span)
+    busy, nbusy, share, steady, med = _collective_busy(state, a, b, span)
     rep.update({
         "span_ns": int(span),
         "lag_ms": _r(lag.mean(axis=0) / 1e6, 3),
@@ -92,12 +92,12 @@ def window_report(state: CommState, a: int, b: int, now_ns: int) -> dict | None:
         "offset_ms": _r(state.offsets / 1e6, 3),
         "xfer_ms": round(float(_median(done - cs.max(axis=1), 0)) / 1e6, 3),
         "bytes": float(_median(state.bytes[rows], 0)),
-        "busy_ms": busy, "busy_n": nbusy, "busy_share": share, "busy_steady": steady,
+        "busy_ms": busy, "busy_n": nbusy, "busy_share": share, "busy_steady": steady, "busy_med_ms": med,
     })
     return rep
 
 
-def _busy_stats(gaps: np.ndarray, valid: np.ndarray, span: float) -> tuple[list, list[int], list[float], list]:
+def _busy_stats(gaps: np.ndarray, valid: np.ndarray, span: float) -> tuple[list, list[int], list[float], list, list]:
     """Per member (columns): the sum of its compute gaps (ms, None without any) and their
     count, leaving out the instances (rows) whose gap is over `OUTLIER` x the typical one, by
     the members' median (a gap that spans an iteration's end holds waits in other comms); and
@@ -106,7 +106,10 @@ def _busy_stats(gaps: np.ndarray, valid: np.ndarray, span: float) -> tuple[list,
     length where gaps of two kinds meet, would take one kind for one member and not for
     another: a bias of tens of percent between members doing the same work). Last, per
     member, the share of those instances in which its gap is `STEADY_RATIO` x the others'
-    (None under `STEADY_MIN` of them): a slowdown lengthens every gap, a pause one."""
+    (None under `STEADY_MIN` of them): a slowdown lengthens every gap, a pause one. And the
+    median of its counted gaps (ms, None without any): a slower device lengthens them all,
+    waits in other comms that fall in some gaps (a stage waiting on its neighbour) do not
+    move it."""
     with np.errstate(invalid="ignore"):
         row = nanmedian(np.where(valid, gaps, np.nan), 1)
         typical = nanmedian(row, 0) if len(row) else np.nan
@@ -121,10 +124,11 @@ def _busy_stats(gaps: np.ndarray, valid: np.ndarray, span: float) -> tuple[list,
     with np.errstate(invalid="ignore"):
         over = (kept >= STEADY_RATIO * others_median(kept)).sum(axis=1)
     steady = [round(o / c, 3) if c >= STEADY_MIN else None for o, c in zip(over.tolist(), cnt)]
-    return sums, cnt, _r(np.minimum(total, 1.0)), steady
+    med = [round(m / 1e6, 4) if c else None for m, c in zip(nanmedian(kept, 1).tolist(), cnt)]
+    return sums, cnt, _r(np.minimum(total, 1.0)), steady, med
 
 
-def _collective_busy(state: CommState, a: int, b: int, span: float) -> tuple[list, list[int], list[float], list]:
+def _collective_busy(state: CommState, a: int, b: int, span: float) -> tuple[list, list[int], list[float], list, list]:
     """Busy gaps of a collective window: per member, from the end of instance k to its entry
     into k + 1 (its own clock: no skew), for consecutive instances of [a - 1, b) that every
     member completed with real times. Peers do the same work between two instances of a
@@ -134,7 +138,7 @@ def _collective_busy(state: CommState, a: int, b: int, span: float) -> tuple[lis
     ok = (state.tag[rows] == seqs) & state.ok[rows].all(axis=1)
     pair = ok[:-1] & ok[1:]
     if not pair.any():
-        return [None] * state.n, [0] * state.n, [0.0] * state.n, [None] * state.n
+        return [None] * state.n, [0] * state.n, [0.0] * state.n, [None] * state.n, [None] * state.n
     r0, r1 = rows[:-1][pair], rows[1:][pair]
     gaps = (state.st[r1] - state.en[r0]).astype(np.float64)
     return _busy_stats(gaps, gaps >= MIN_GAP_NS, span)

@@ -1,6 +1,7 @@
 """Phase timings (cw.steps.v1): a lone compute straggler among ranks doing the same work,
 not a phase too short to slow anyone, nor a phase many ranks are slow in (it holds waits);
-a slow tensor-parallel group told apart by the phase its members compute apart."""
+a slow tensor-parallel group told apart by the phase its members compute apart, or slow as a
+whole when they all are there."""
 
 from commwatch.streams.detect.steps import StepTracker
 
@@ -58,8 +59,13 @@ def test_a_slow_tensor_parallel_group_is_told_apart_by_the_phase_its_members_com
     assert set(found) == {5} and found[5]["phase"] in ("forward_ms", "backward_ms")
     # the optimizer says nothing apart: nobody is named (as without it)
     assert _run(lambda r, it: {**phases(r, it), "optimizer_ms": 40.0}) == {}
-    # the group's both members slower in the optimizer too: nobody
-    assert _run(lambda r, it: {**phases(r, it), "optimizer_ms": 60.0 if it >= 4 and r in (4, 5) else 40.0}) == {}
+    # the group's both members slower alike in the optimizer too: the group is slow as a whole
+    # (a slow node), both named as one group; unlike (one 1.5x, one 1.2x: the group is not slow
+    # alike, nor is one member alone), nobody
+    whole = _run(lambda r, it: {**phases(r, it), "optimizer_ms": 60.0 if it >= 4 and r in (4, 5) else 40.0})
+    assert set(whole) == {4, 5} and whole[4]["group"] == whole[5]["group"]
+    unlike = _run(lambda r, it: {**phases(r, it), "optimizer_ms": {5: 60.0, 4: 48.0}.get(r, 40.0) if it >= 4 else 40.0})
+    assert unlike == {}
 
 
 def test_a_job_resumed_from_a_checkpoint_warms_up_too():

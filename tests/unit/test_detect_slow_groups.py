@@ -1,0 +1,118 @@
+"""Ranks slow together, and the ranks that only wait on a slow one (job model runs, fed in
+event-time order through the detector as `commwatch bench detect` feeds them).
+
+- A node whose GPUs all slow down at once, each node holding one whole tensor-parallel group:
+  judged against each other the group's members are even; it is one incident naming all of
+  them, found by the collectives alone and by the iteration phases alone. In a data-parallel
+  job, where each is found on its own, still one incident.
+- A slow rank's tensor-parallel peer is not named: not after checkpoints (its fine comm
+  then holds the checkpoint's gap a while, and in a coarser comm it waits on the slow rank
+  inside its gaps), nor by phases it spends waiting when its own compute looks slower by chance.
+- A window far slower overall but slow in few of its instances holds a pause's long gaps.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from commwatch.producers import jobmodel as jm
+from commwatch.streams import bench_scenarios as bs
+from commwatch.streams.bench_detect import feed
+from commwatch.streams.detect import slow, steps
+from commwatch.streams.detect.rank_model import RankModel
+
+S = 1_000_000_000
+
+
+def _incidents(settings, cfg: jm.JobConfig) -> tuple[list[dict], jm.JobRun]:
+    run = jm.run_job(cfg)
+    built = bs._built([run], [""], 0.0)
+    events, refused = feed(built, settings)
+    assert refused == 0
+    return [e for e in events if e["status"] == "open" and e["kind"] == "slow_rank" and e["culprit_ranks"]], run
+
+
+def _slow_node(probe: str, steps_on: bool) -> jm.JobConfig:
+    return jm.JobConfig(job="sn", tp=8, pp=2, dp=2, probe=probe, steps=steps_on, duration_s=40.0, seed=4,
+                        faults=(jm.SlowNode(node=1, factor=1.3, at_s=15.0),))
+
+
+def _named(opened: list[dict]) -> list[list[int]]:
+    return [e["culprit_ranks"] for e in opened]
+
+
+def test_a_slow_node_is_one_incident_naming_its_ranks_from_the_collectives(settings):
+    opened, run = _incidents(settings, _slow_node("gpu", steps_on=False))
+    assert _named(opened) == [list(range(8, 16))]
+    assert opened[0]["culprit_nodes"] == [run.layout.node_names[1]]
+    assert opened[0]["evidence"]["signal"] == "collectives" and opened[0]["evidence"]["ratio"] >= 1.2
+    assert opened[0]["opened_ns"] >= run.truth[0]["onset_ns"]
+
+
+def test_drill_without_the_group_rule_the_slow_node_is_not_named(settings, monkeypatch):
+    monkeypatch.setattr(slow.SlowTracker, "_slow_groups", lambda self, *a: {})
+    opened, _ = _incidents(settings, _slow_node("gpu", steps_on=False))
+    assert _named(opened) == []
+
+
+def test_a_slow_node_of_a_data_parallel_job_is_one_incident(settings):
+    # each of its ranks is slower than its data-parallel peers on its own: found at once, the
+    # node's ranks make one incident (one page), not eight
+    cfg = jm.JobConfig(job="dp", tp=1, pp=1, dp=16, duration_s=35.0, seed=5, faults=(jm.SlowNode(1, 1.3, 15.0),))
+    opened, run = _incidents(settings, cfg)
+    assert _named(opened) == [list(range(8, 16))]
+    assert opened[0]["culprit_nodes"] == [run.layout.node_names[1]]
+
+
+@pytest.mark.parametrize("alike", [steps.WHOLE_ALIKE, 10.0])
+def test_a_slow_node_is_named_by_its_phases_when_its_calls_carry_no_timing(settings, monkeypatch, alike):
+    monkeypatch.setattr(steps, "WHOLE_ALIKE", alike)  # 10: the drill, no group is ever slow as a whole
+    opened, _ = _incidents(settings, _slow_node("enqueue", steps_on=True))
+    assert _named(opened) == ([list(range(8, 16))] if alike < 1 else [])
+    if opened:
+        assert opened[0]["evidence"]["signal"] == "phases"
+
+
+@pytest.mark.parametrize("sticky", [True, False])
+def test_a_slow_ranks_tp_peer_is_not_named_after_checkpoints(settings, monkeypatch, sticky):
+    # rank 9 is 1.4x slow; checkpoints of 10-20 s every 15 iterations. Drill: a rank judged
+    # in whichever comm has the shortest gaps now (not the shortest they have been) moves to
+    # a coarser comm after a checkpoint, where its TP peer (8) waits on rank 9 in its gaps
+    if not sticky:
+        monkeypatch.setattr(slow.SlowTracker, "low_busy", property(lambda self: {}, lambda self, v: None), raising=False)
+    cfg = jm.JobConfig(job="ck", tp=2, pp=2, dp=4, duration_s=120.0, seed=1447, checkpoint_every=15,
+                       checkpoint_s=(10.0, 20.0), faults=(jm.SlowGpu(9, 1.4, 15.0),))
+    opened, _ = _incidents(settings, cfg)
+    assert [9] in _named(opened)
+    assert ([8] in _named(opened)) is not sticky
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_tp_peer_whose_own_compute_looks_slower_by_chance_is_not_named(settings, monkeypatch, drill):
+    # jitter 0.15: rank 6 is 1.5x slow; its TP peer 7 waits inside its phases, and in some
+    # iterations its optimizer step (computed apart) is 1.2x by chance. Drill: a TP group
+    # counted slow as a whole whenever every member's own step is slower, however unlike,
+    # and one such iteration conclusive for each member (its phases stretched alike)
+    if drill:
+        monkeypatch.setattr(steps, "WHOLE_ALIKE", 0.0)
+        conclusive = steps.StepTracker._conclusive
+        monkeypatch.setattr(steps.StepTracker, "_conclusive", staticmethod(lambda xs, grouped: conclusive(xs, False)))
+    cfg = jm.JobConfig(job="jt", tp=2, pp=2, dp=4, duration_s=50.0, seed=1127, jitter=0.15,
+                       faults=(jm.SlowGpu(6, 1.5, 15.0),))
+    opened, _ = _incidents(settings, cfg)
+    assert [6] in _named(opened)
+    assert any(7 in r for r in _named(opened)) is drill
+
+
+def test_a_window_slow_in_few_instances_is_a_pause_and_counts_for_nothing():
+    # a 1 s GC pause straddles two windows: the first 4x slower overall, slow in few of its
+    # instances; the next one 1.44x. Counted, they make two hot windows whose first began
+    # 2.5 s before the second ended: a slow rank
+    def run(pause: bool) -> list:
+        m = RankModel("numpy", 0.1, 2)
+        return [m.update(1.29, int(12.6 * S), int(12.6 * S), short=4.1, start=int(10.8 * S), pause=pause),
+                m.update(1.36, int(13.3 * S), int(13.3 * S), short=1.44, start=int(12.6 * S)),
+                m.update(1.30, int(13.9 * S), int(13.9 * S), short=0.98, start=int(13.3 * S))]
+
+    assert run(pause=True) == [None, None, None]
+    assert run(pause=False)[1] == int(10.8 * S)
