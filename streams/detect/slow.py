@@ -471,13 +471,13 @@ class SlowTracker:
         for group in siblings.values():
             if len(group) < 2:
                 continue
+            latest = {o: float(_nanmedian(self.comms[o].typical_of(latest=True), 0)) for o in group}
             for c in group:
                 res, ct = long[c], self.comms[c]
                 ref = _median([whole[o] for o in group if o != c])
                 if ref <= 0 or whole[c] < half * ref or max(res[r][0] for r in ct.ranks) >= half:
                     self.slow_groups.pop(c, None)
                     continue
-                latest = {o: float(_nanmedian(self.comms[o].typical_of(latest=True), 0)) for o in group}
                 peers = [v for o, v in latest.items() if o != c and v > 0]
                 now = (latest[c] / _median(peers),) if peers and latest[c] > 0 else None
                 state = self.slow_groups.get(c)
