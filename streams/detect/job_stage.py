@@ -479,9 +479,9 @@ class JobStage:
         for r, ev in sorted(found.items()):
             if r in hung:
                 continue
-            key = named.get(r) or next((k for k in ((("slow_rank", "node", js.node_of.get(r))),
-                                                    ("slow_rank", "group", ev.get("group")))
-                                        if len(together.get(k, ())) > 1), ("slow_rank", r))
+            by_node, by_group = ("slow_rank", "node", js.node_of.get(r)), ("slow_rank", "group", ev.get("group"))
+            key = named.get(r) or next((k for k in (by_node, by_group) if len(together.get(k, ())) > 1),
+                                       ("slow_rank", r))
             units.setdefault(key, ([], ev))[0].append(r)
         out = []
         for key, (ranks, ev) in units.items():

@@ -56,7 +56,7 @@ STEADY_SHARE = 0.8  # a window in which a rank was slow in this share of the ins
 PAUSE_SHARE = 0.5  # ... and one far slower in all (`FAST_RATIO`) but slow in under this share is one
 SWITCH = 0.8  # a rank is judged in another comm once its intervals there are this much of those where it is
 GROUP_HOLD_NS = 3_000_000_000  # a group seems slower as a whole this long before it is judged as one
-FOUND = "found"
+FOUND = "found"  # `slow_groups` state of a group judged as one
 LINK_FACTOR = 1.5
 LINK_MIN_MS = 1.0
 LINK_GRACE = 3
@@ -437,8 +437,8 @@ class SlowTracker:
         - each member's pipeline comm (the same stage in the other pipelines; without
           pipelines, its next-finest comm: the other data-parallel replicas), where those
           waits sit inside calls, not in gaps: the members slower there by half the
-          threshold (their median; transfers in the gaps dilute it). A coarser collective (data parallel,
-          once an iteration) would not do: its gaps hold the pipeline's waits.
+          threshold (their median; transfers in the gaps dilute it). A coarser collective
+          (data parallel, once an iteration) would not do: its gaps hold the pipeline's waits.
         And nobody stands out within the group (every ratio there under half the threshold's
         excess): one slow member makes its peers look slow in coarser comms, as they wait on
         it inside the finest one. The group is judged as one once its sibling ratio over the

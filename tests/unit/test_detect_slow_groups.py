@@ -79,7 +79,8 @@ def test_a_slow_ranks_tp_peer_is_not_named_after_checkpoints(settings, monkeypat
     # in whichever comm has the shortest gaps now (not the shortest they have been) moves to
     # a coarser comm after a checkpoint, where its TP peer (8) waits on rank 9 in its gaps
     if not sticky:
-        monkeypatch.setattr(slow.SlowTracker, "low_busy", property(lambda self: {}, lambda self, v: None), raising=False)
+        forgetful = property(lambda self: {}, lambda self, v: None)
+        monkeypatch.setattr(slow.SlowTracker, "low_busy", forgetful, raising=False)
     cfg = jm.JobConfig(job="ck", tp=2, pp=2, dp=4, duration_s=120.0, seed=1447, checkpoint_every=15,
                        checkpoint_s=(10.0, 20.0), faults=(jm.SlowGpu(9, 1.4, 15.0),))
     opened, _ = _incidents(settings, cfg)
