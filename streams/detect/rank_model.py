@@ -61,9 +61,9 @@ class RankModel:
         `steady`: the rank was slow in nearly every instance of that window, not in one
         long gap (a pause): a window at >= `FAST_RATIO` decides alone. `conclusive`: the
         caller's own evidence shows that this window alone is a slowdown (every phase of an
-        iteration stretched alike, `steps.py`): it decides at once. `pause`: the rank was slow
-        in few instances of that window; if it is far slower overall (`FAST_RATIO`), a few
-        long gaps hold it (a GC pause, a data-loader hiccup): the window counts for nothing."""
+        iteration stretched alike, `steps.py`): it decides at once. `pause`: the caller's
+        evidence shows a few long gaps hold the window (a GC pause, a data-loader hiccup:
+        far slower overall, yet slow in few of its instances): it counts for nothing."""
         short = ratio if short is None else short
         new = stamp != self.last_stamp
         self.last_stamp = stamp
@@ -72,7 +72,7 @@ class RankModel:
             self.seen += 1
             drift = self._drift(short)
         thr = self.threshold()
-        if new and pause and short >= FAST_RATIO and not held:
+        if new and pause and not held:
             return None
         if held:
             if ratio >= 1.0 + self.impact / 2:

@@ -39,7 +39,7 @@ import numpy as np
 
 from commwatch.streams.detect.medians import nanmedian as _nanmedian
 from commwatch.streams.detect.medians import others_median as _others_median
-from commwatch.streams.detect.rank_model import RankModel
+from commwatch.streams.detect.rank_model import FAST_RATIO, RankModel
 
 FRESH_WINDOWS = 4.0  # a comm's window older than this many of its own intervals (and 5 s) is stale
 BUSY_WINDOWS = 4  # a rank's busy gaps: pooled over this many latest windows of a comm
@@ -53,7 +53,7 @@ OUTLIER = 3.0  # a class of gaps this many times a rank's typical one spans an i
 MIN_CLASS_COUNT = 4  # a class of pipeline intervals is compared once it holds this many (early passes vary)
 ECHO_SHARE = 1 / 3  # a slowdown under this share of the largest one in the job is its echo
 STEADY_SHARE = 0.8  # a window in which a rank was slow in this share of the instances is no pause
-PAUSE_SHARE = 0.5  # ... and one far slower in all (`FAST_RATIO`) but slow in under this share is one
+PAUSE_SHARE = 0.5  # ... and one far slower in all (`FAST_RATIO`) but slow in under this share is one (`_pause`)
 SWITCH = 0.8  # a rank is judged in another comm once its intervals there are this much of those where it is
 GROUP_HOLD_NS = 3_000_000_000  # a group seems slower as a whole this long before it is judged as one
 FOUND = "found"  # `slow_groups` state of a group judged as one
@@ -405,7 +405,7 @@ class SlowTracker:
             s = grouped[r][2] if r in grouped else short.get(c, {}).get(r)
             verdict = m.update(ratio, stamp, now_ns, held=r in open_ranks, short=s[0] if s else ratio,
                                start=stamp - int(ct.interval_ns), steady=ct.steady.get(r, 0.0) >= STEADY_SHARE,
-                               pause=r not in grouped and ct.steady.get(r, 1.0) < PAUSE_SHARE)
+                               pause=r not in grouped and self._pause(ct, r, s[0] if s else ratio))
             if verdict is None:
                 continue
             out[r] = {"ratio": round(ratio, 3), "slowdown": round(ratio - 1.0, 3), "comm": c,
@@ -418,6 +418,23 @@ class SlowTracker:
             if r not in finest and r not in open_ranks:
                 self.models[r].idle()
         return dominant(out, open_ranks)
+
+    def _pause(self, ct: CommTiming, rank: int, short: float) -> bool:
+        """The comm's newest window holds a pause of `rank` (a GC pause, a data-loader hiccup),
+        not a slowdown: far slower overall (`FAST_RATIO`) but slow in under `PAUSE_SHARE` of its
+        instances, or, where they are too few to tell, its typical (median) interval no slower
+        than the threshold against the other members'. A slowdown lengthens every interval."""
+        if short < FAST_RATIO:
+            return False
+        share = ct.steady.get(rank)
+        if share is not None:
+            return share < PAUSE_SHARE
+        typical = ct.typical_of(latest=True)
+        if ct.p2p or rank not in ct.ranks or len(typical) < 2:
+            return False
+        i = ct.ranks.index(rank)
+        others = _nanmedian(np.delete(typical, i), 0)
+        return bool(typical[i] < (1.0 + self.slow_impact) * others)
 
     def _slow_groups(self, now_ns: int, long: dict[str, dict[int, tuple]], finest: dict[int, tuple[str, tuple]],
                      coords: dict[int, dict]
