@@ -43,7 +43,6 @@ from commwatch.settings import Settings
 from commwatch.streams.detect import health
 from commwatch.streams.detect.clock import JobClocks
 from commwatch.streams.detect.comm_stage import CommStage
-from commwatch.streams.detect.job_stage import TICK_NS as JOB_TICK_NS
 from commwatch.streams.detect.job_stage import JobStage
 from commwatch.streams.detect.node_lag import SKEW_MIN_NS
 from commwatch.wire import WireError
@@ -138,7 +137,7 @@ class Detector:
                 return 0
             due = min(due, r)
         for job, js in self.job_stage.jobs.items():
-            r = job_clocks.due_ref(job, js.last_tick + JOB_TICK_NS)
+            r = job_clocks.due_ref(job, self.job_stage.due_ns(js))
             if r is not None:
                 due = min(due, r)
         if any(job not in self.job_stage.jobs for job in job_clocks.jobs()):

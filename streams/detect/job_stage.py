@@ -44,6 +44,7 @@ from commwatch.streams.detect.steps import StepTracker
 
 TICK_NS = 250_000_000
 SLOW_EVAL_NS = 500_000_000
+FRESH_EVAL_NS = 100_000_000  # a new window is judged at once, at most this often
 HW_CLOCK_RATIO = 0.85  # SM clock below this share of the job's median is an anomaly
 HW_SLOW_EVIDENCE_RATIO = 0.95
 P1_AFTER_NS = 10_000_000_000  # a slow rank costing half the job's time is P1 once it lasts this long
@@ -76,6 +77,7 @@ class JobState:
     ib_errors: dict[str, list[int]] = field(default_factory=dict)  # node -> [symbol errors, when they last rose]
     last_tick: int = 0
     last_slow_eval: int = 0
+    last_fresh_eval: int = 0  # the last evaluation a new window called for (`FRESH_EVAL_NS`)
     last_msg_ns: int = 0
     ended_ns: int = 0
     ended_reason: str = ""
@@ -178,7 +180,13 @@ class JobStage:
         if js is None:
             return []
         if now_ns - js.last_tick < TICK_NS:
-            return self._fresh_steps(js, now_ns) if js.steps.fresh and not hold and not js.ended_ns else []
+            if hold or js.ended_ns:
+                return []
+            out = self._fresh_steps(js, now_ns) if js.steps.fresh else []
+            if js.slow.fresh and now_ns - js.last_fresh_eval >= FRESH_EVAL_NS:
+                js.last_fresh_eval = now_ns
+                self._slow(js, now_ns, out, periodic=False)
+            return out
         js.last_tick = now_ns
         out: list[dict] = []
         if js.ended_ns:
@@ -194,12 +202,25 @@ class JobStage:
             self._stalled(js, now_ns, out)
         if hold:
             return out  # an open incident is not asserted while held: it does not expire either
-        if now_ns - js.last_slow_eval >= SLOW_EVAL_NS:
-            js.last_slow_eval = now_ns
-            self._slow(js, now_ns, out)
+        periodic = now_ns - js.last_slow_eval >= SLOW_EVAL_NS
+        if periodic or (js.slow.fresh and now_ns - js.last_fresh_eval >= FRESH_EVAL_NS):
+            if periodic:
+                js.last_slow_eval = now_ns
+            else:
+                js.last_fresh_eval = now_ns
+            self._slow(js, now_ns, out, periodic)
             self._hw(js, now_ns, out)
         out.extend(js.book.expire(now_ns))
         return out
+
+    @staticmethod
+    def due_ns(js: JobState) -> int:
+        """When the job's next tick does anything, on its clock: its periodic tick, or sooner
+        the evaluation a new window calls for (`FRESH_EVAL_NS`)."""
+        due = js.last_tick + TICK_NS
+        if js.slow.fresh and not js.ended_ns:
+            due = min(due, js.last_fresh_eval + FRESH_EVAL_NS)
+        return due
 
     def health(self, job: str, now_ns: int, drops: dict[str, int] | None = None) -> dict | None:
         """The job's health snapshot (`health.py`); None for a job never seen."""
@@ -490,7 +511,12 @@ class JobStage:
             out.append((key, ranks, {**ev, "ranks": ranks} if len(ranks) > 1 else ev))
         return out
 
-    def _slow(self, js: JobState, now_ns: int, out: list) -> None:
+    def _slow(self, js: JobState, now_ns: int, out: list, periodic: bool = True) -> None:
+        """Slow ranks and groups judged now. The periodic evaluation (every `SLOW_EVAL_NS`),
+        not the ones a new window calls for, also judges the iterations most ranks reported
+        (`steps.py`; judged more often, more would be judged before their last rank, the
+        straggler, reported) and counts the stage-imbalance advisories' evaluations (a steady
+        pace keeps that count a measure of time)."""
         hung = set(js.book.open[("hang",)].culprit_ranks) if ("hang",) in js.book.open else set()
         held = self._slow_open(js)
         world = js.world_size or len(self._ranks(js))
@@ -500,7 +526,7 @@ class JobStage:
         # phases may hold waits, compute intervals do not: a rank the collectives judge slow is
         # theirs; a lone straggler in a phase where they see nothing (its collectives carry no
         # timing, or are too coarse: a gradient all-reduce the probe does not see) is the phases'
-        for r, ev in js.steps.evaluate(now_ns, js.coords, held).items():
+        for r, ev in (js.steps.evaluate(now_ns, js.coords, held) if periodic else js.steps.verdicts).items():
             if r in found:
                 found[r]["phases"] = ev
             else:
@@ -540,7 +566,7 @@ class JobStage:
                         f"{'it' if len(ranks) == 1 else 'them'}",
                 evidence=ev, id_hint=f"{ranks[0]}-{now_ns}"))
         named = self._slow_open(js)
-        for adv in js.slow.advisories(js.coords):
+        for adv in js.slow.advisories(js.coords) if periodic else ():
             if named.intersection(adv["ranks"]):
                 continue  # ranks of the stage are slow: they explain it (a slow node from the start)
             nodes = self.nodes_of(js, adv["ranks"])

@@ -52,8 +52,8 @@ class RankModel:
         return 1.0 + self.impact
 
     def update(self, ratio: float, stamp: int, now_ns: int, held: bool = False, short: float | None = None,
-               start: int | None = None, steady: bool = False, conclusive: bool = False, pause: bool = False
-               ) -> int | None:
+               start: int | None = None, steady: bool = False, conclusive: bool = False, pause: bool = False,
+               tail: tuple[float, int] | None = None) -> int | None:
         """`ratio` over the horizon (steady); `short` over each comm's latest window alone
         (fast but noisy). A slowdown is hot in both; the streak counts new windows in a row
         that are hot alone (a pause lasts one or two of them, however long the horizon
@@ -63,7 +63,11 @@ class RankModel:
         caller's own evidence shows that this window alone is a slowdown (every phase of an
         iteration stretched alike, `steps.py`): it decides at once. `pause`: the caller's
         evidence shows a few long gaps hold the window (a GC pause, a data-loader hiccup:
-        far slower overall, yet slow in few of its instances): it counts for nothing."""
+        far slower overall, yet slow in few of its instances): it counts for nothing.
+        `tail`: (ratio, since) where the window ends in a run of instances the rank was slow
+        in, after ones it was not (`windows._tail`): a slowdown that began inside it. At
+        >= `FAST_RATIO` it decides at once, since then, however little of the horizon (and
+        of the window) it fills yet."""
         short = ratio if short is None else short
         new = stamp != self.last_stamp
         self.last_stamp = stamp
@@ -74,8 +78,11 @@ class RankModel:
         thr = self.threshold()
         if new and pause and not held:
             return None
+        if new and tail is not None and tail[0] >= FAST_RATIO and not held:
+            self.hot_since, self.streak, self.fast = tail[1], 1, 1
+            return self.hot_since
         if held:
-            if ratio >= 1.0 + self.impact / 2:
+            if ratio >= 1.0 + self.impact / 2 or short >= thr:
                 return self.hot_since or stamp or now_ns
             self.hot_since = self.streak = self.fast = 0
             return None

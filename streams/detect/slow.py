@@ -54,6 +54,7 @@ MIN_CLASS_COUNT = 4  # a class of pipeline intervals is compared once it holds t
 ECHO_SHARE = 1 / 3  # a slowdown under this share of the largest one in the job is its echo
 STEADY_SHARE = 0.8  # a window in which a rank was slow in this share of the instances is no pause
 PAUSE_SHARE = 0.5  # ... and one far slower in all (`FAST_RATIO`) but slow in under this share is one (`_pause`)
+NEVER_FINER_NS = 10_000_000_000  # a comm in use this long without compute intervals is nobody's finest
 SWITCH = 0.8  # a rank is judged in another comm once its intervals there are this much of those where it is
 GROUP_HOLD_NS = 3_000_000_000  # a group seems slower as a whole this long before it is judged as one
 FOUND = "found"  # `slow_groups` state of a group judged as one
@@ -86,6 +87,7 @@ class CommTiming:
     channels: dict = field(default_factory=dict)  # P2P: (receiver, sender) -> [normal ms, ms now, streak, windows]
     memo: dict = field(default_factory=dict)  # what is derived from `busy` and `classes`, till they change
     steady: dict = field(default_factory=dict)  # newest window: share of instances each rank was slow in
+    tail: dict = field(default_factory=dict)  # newest window: rank -> [instances, ratio] of the slow run ending it
 
     def changed(self) -> None:
         self.memo.clear()
@@ -165,6 +167,8 @@ class SlowTracker:
         self.stage_evals: dict[int, list[int]] = {}  # stage -> [evaluations imbalanced, evaluations]
         self.stage_ratio: dict[int, float] = {}
         self.step_ns = 0.0  # the job's median step (set by stage 2): long steps, rare windows
+        self.fresh = False  # a window that shows a member slower arrived since the last evaluation
+        self.in_use_since: dict[str, int] = {}  # comm -> when an evaluation first saw it in use
     # --- inputs -----------------------------------------------------------------------
     def _timing(self, rep: dict, p2p: bool) -> CommTiming:
         ct = self.comms.get(rep["comm"])
@@ -202,11 +206,25 @@ class SlowTracker:
             med = np.array([np.nan if v is None else v for v in rep.get("busy_med_ms") or [None] * len(sums)], float)
             ct.busy.append((rep["ts_ns"], sums, np.asarray(rep["busy_n"], float), share, med))
             ct.steady = {r: v for r, v in zip(ct.ranks, rep.get("busy_steady") or ()) if v is not None}
+            ct.tail = {r: v for r, v in zip(ct.ranks, rep.get("busy_tail") or ()) if v is not None}
+            self.fresh = self.fresh or self._hot(ct, sums, np.asarray(rep["busy_n"], float))
         if "busy_cls_ms" in rep:
             lows = np.array([[np.inf if v is None else v for v in row] for row in rep["busy_cls_ms"]], float)
             ct.classes.append((lows, np.asarray(rep["busy_cls_n"], float)))
             n = len(rep["ranks"])
             ct.busy.append((rep["ts_ns"], np.full(n, np.nan), np.zeros(n), share, np.full(n, np.nan)))
+
+    def _hot(self, ct: CommTiming, sums: np.ndarray, counts: np.ndarray) -> bool:
+        """Whether a new window of a collective comm shows a member slower than the others
+        (its mean interval over their median by the threshold, slow in most of its instances,
+        or at the end of the window): it is evaluated when it arrives (`fresh`), not at the
+        next periodic evaluation."""
+        if ct.tail or any(v >= STEADY_SHARE for v in ct.steady.values()):
+            return True
+        with np.errstate(all="ignore"):
+            mean = sums / counts
+        mean = mean[np.isfinite(mean)]
+        return len(mean) >= 2 and bool(mean.max() >= (1.0 + self.slow_impact) * np.median(mean))
 
     def window(self, rep: dict) -> None:
         ct = self._timing(rep, p2p=False)
@@ -253,6 +271,7 @@ class SlowTracker:
                 ch[0] += LEARN * (ms - ch[0])
 
     def forget_comm(self, comm: str) -> None:
+        self.in_use_since.pop(comm, None)
         self.slow_groups.pop(comm, None)
         ct = self.comms.pop(comm, None)
         for r in ct.ranks if ct else ():
@@ -361,12 +380,17 @@ class SlowTracker:
     def evaluate(self, now_ns: int, coords: dict[int, dict], world: int, open_ranks: set[int],
                  in_use: dict[str, list[int]] | None = None, stale: set[str] = frozenset()) -> dict[int, dict]:
         """Slow ranks now: rank -> evidence (`ratio`, `impact`, `onset_ns`, `comm`, busy gaps)."""
+        self.fresh = False
         self.compute = self.compute_shares(now_ns, in_use, stale)
         long = self._comm_ratios(now_ns, stale, latest=False)
         short = self._comm_ratios(now_ns, stale, latest=True)
         unknown: set[int] = set()
         for comm, members in (in_use or {}).items():
+            first = self.in_use_since.setdefault(comm, now_ns)
             if comm not in long:  # in use, but no current busy figures: the finest comm may be missing
+                ct = self.comms.get(comm)
+                if (ct is None or not ct.busy) and now_ns - first >= NEVER_FINER_NS:
+                    continue  # ... unless it never had any in this long: it is nobody's finest
                 unknown.update(members)
         # a rank is judged in its finest comm: the shortest compute intervals, so the most of
         # them, but intervals of real compute (peers' >= MIN_BUSY_MS), not the scheduling
@@ -405,7 +429,8 @@ class SlowTracker:
             s = grouped[r][2] if r in grouped else short.get(c, {}).get(r)
             verdict = m.update(ratio, stamp, now_ns, held=r in open_ranks, short=s[0] if s else ratio,
                                start=stamp - int(ct.interval_ns), steady=ct.steady.get(r, 0.0) >= STEADY_SHARE,
-                               pause=r not in grouped and self._pause(ct, r, s[0] if s else ratio))
+                               pause=r not in grouped and self._pause(ct, r, s[0] if s else ratio),
+                               tail=None if r in grouped else self._tail(ct, r))
             if verdict is None:
                 continue
             out[r] = {"ratio": round(ratio, 3), "slowdown": round(ratio - 1.0, 3), "comm": c,
@@ -418,6 +443,16 @@ class SlowTracker:
             if r not in finest and r not in open_ranks:
                 self.models[r].idle()
         return dominant(out, open_ranks)
+
+    @staticmethod
+    def _tail(ct: CommTiming, rank: int) -> tuple[float, int] | None:
+        """The run of slow instances ending the comm's newest window (`windows._tail`): its
+        ratio, and since when (the window's share of the comm's interval it covers)."""
+        t = ct.tail.get(rank)
+        if t is None or not ct.busy:
+            return None
+        n = ct.busy[-1][2][ct.ranks.index(rank)]
+        return t[1], ct.ts_ns - int(ct.interval_ns * min(1.0, t[0] / max(n, 1.0)))
 
     def _pause(self, ct: CommTiming, rank: int, short: float) -> bool:
         """The comm's newest window holds a pause of `rank` (a GC pause, a data-loader hiccup),

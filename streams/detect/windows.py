@@ -37,7 +37,10 @@ MIN_GAP_NS = 50_000  # shorter gaps between calls are not compute (back-to-back 
 MIN_GAPS = 1  # a member's busy figures need this many gaps in the window (stage 2 pools windows)
 OUTLIER = 3.0  # an instance whose gap is over this many times the typical one holds waits, not compute
 STEADY_RATIO = 1.25  # an instance's gap this much over the others' is slow (`busy_steady`) ...
-STEADY_MIN = 6  # ... counted over this many instances of the window at least
+STEADY_MIN = 6  # ... counted over this many instances of the window at least (a share) ...
+ALL_SLOW_MIN = 2  # ... or, under that, slow in every one of this many at least (1.0)
+TAIL_MIN = 4  # a run of slow instances ending the window (`busy_tail`) counts from this many ...
+TAIL_SHARE = 0.25  # ... and this share of the window's counted instances
 P2P_CLASSES = 16  # P2P compute intervals: the kinds of the calls before and after the gap
 
 
@@ -83,7 +86,7 @@ def window_report(state: CommState, a: int, b: int, now_ns: int) -> dict | None:
         span = float(ce.max() - cs.min())
     span = max(span, 1.0) * kt / k  # mixed windows: the timed instances' share of the span
     inside = (end - start).sum(axis=0) / span
-    busy, nbusy, share, steady, med = _collective_busy(state, a, b, span)
+    busy, nbusy, share, steady, med, tail = _collective_busy(state, a, b, span)
     rep.update({
         "span_ns": int(span),
         "lag_ms": _r(lag.mean(axis=0) / 1e6, 3),
@@ -93,11 +96,13 @@ def window_report(state: CommState, a: int, b: int, now_ns: int) -> dict | None:
         "xfer_ms": round(float(_median(done - cs.max(axis=1), 0)) / 1e6, 3),
         "bytes": float(_median(state.bytes[rows], 0)),
         "busy_ms": busy, "busy_n": nbusy, "busy_share": share, "busy_steady": steady, "busy_med_ms": med,
+        "busy_tail": tail,
     })
     return rep
 
 
-def _busy_stats(gaps: np.ndarray, valid: np.ndarray, span: float) -> tuple[list, list[int], list[float], list, list]:
+def _busy_stats(gaps: np.ndarray, valid: np.ndarray, span: float
+                ) -> tuple[list, list[int], list[float], list, list, list]:
     """Per member (columns): the sum of its compute gaps (ms, None without any) and their
     count, leaving out the instances (rows) whose gap is over `OUTLIER` x the typical one, by
     the members' median (a gap that spans an iteration's end holds waits in other comms); and
@@ -122,13 +127,36 @@ def _busy_stats(gaps: np.ndarray, valid: np.ndarray, span: float) -> tuple[list,
     total = np.where(valid, gaps, 0.0).sum(axis=0) / max(span, 1.0)
     kept = np.where(keep, gaps, np.nan).T  # members x instances
     with np.errstate(invalid="ignore"):
-        over = (kept >= STEADY_RATIO * others_median(kept)).sum(axis=1)
-    steady = [round(o / c, 3) if c >= STEADY_MIN else None for o, c in zip(over.tolist(), cnt)]
+        ratio = kept / others_median(kept)
+        slow = ratio >= STEADY_RATIO
+    over = slow.sum(axis=1)
+    steady = [round(o / c, 3) if c >= STEADY_MIN else 1.0 if c >= ALL_SLOW_MIN and o == c else None
+              for o, c in zip(over.tolist(), cnt)]
     med = [round(m / 1e6, 4) if c else None for m, c in zip(nanmedian(kept, 1).tolist(), cnt)]
-    return sums, cnt, _r(np.minimum(total, 1.0)), steady, med
+    return sums, cnt, _r(np.minimum(total, 1.0)), steady, med, _tail(ratio, slow, cnt)
 
 
-def _collective_busy(state: CommState, a: int, b: int, span: float) -> tuple[list, list[int], list[float], list, list]:
+def _tail(ratio: np.ndarray, slow: np.ndarray, cnt: list[int]) -> list:
+    """Per member (rows of `ratio`: its gap over the others' per instance, nan where not
+    counted), the run of slow instances (`STEADY_RATIO`) that ends the window, as [instances,
+    their mean ratio], where it holds `TAIL_MIN` and `TAIL_SHARE` of the member's counted
+    instances, after at least one that was not slow; else None. A slowdown that began inside
+    the window lengthens every gap from its onset on; a pause lengthens one."""
+    k = ratio.shape[1]
+    if k < TAIL_MIN + 1:
+        return [None] * len(cnt)
+    fine = np.isfinite(ratio) & ~slow
+    cols = np.arange(k)
+    last_fine = np.where(fine.any(axis=1), k - 1 - np.argmax(fine[:, ::-1], axis=1), -1)
+    run = slow & (cols[None, :] > last_fine[:, None])
+    n = run.sum(axis=1)
+    mean = np.where(run, ratio, 0.0).sum(axis=1) / np.maximum(n, 1)
+    return [[int(m), round(float(v), 3)] if lf >= 0 and m >= TAIL_MIN and m >= TAIL_SHARE * c else None
+            for m, v, lf, c in zip(n.tolist(), mean.tolist(), last_fine.tolist(), cnt)]
+
+
+def _collective_busy(state: CommState, a: int, b: int, span: float
+                     ) -> tuple[list, list[int], list[float], list, list, list]:
     """Busy gaps of a collective window: per member, from the end of instance k to its entry
     into k + 1 (its own clock: no skew), for consecutive instances of [a - 1, b) that every
     member completed with real times. Peers do the same work between two instances of a
@@ -138,7 +166,7 @@ def _collective_busy(state: CommState, a: int, b: int, span: float) -> tuple[lis
     ok = (state.tag[rows] == seqs) & state.ok[rows].all(axis=1)
     pair = ok[:-1] & ok[1:]
     if not pair.any():
-        return [None] * state.n, [0] * state.n, [0.0] * state.n, [None] * state.n, [None] * state.n
+        return [None] * state.n, [0] * state.n, [0.0] * state.n, [None] * state.n, [None] * state.n, [None] * state.n
     r0, r1 = rows[:-1][pair], rows[1:][pair]
     gaps = (state.st[r1] - state.en[r0]).astype(np.float64)
     return _busy_stats(gaps, gaps >= MIN_GAP_NS, span)

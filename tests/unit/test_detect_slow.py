@@ -206,7 +206,7 @@ def test_members_doing_the_same_work_are_measured_over_the_same_instances():
     a = np.array([20, 41, 20, 123.5, 40, 20, 42, 123.8, 20, 41]) * ms
     b = np.array([20, 41, 20, 121.0, 40, 20, 42, 121.2, 20, 41]) * ms  # the long kind a little shorter
     gaps = np.stack([a, b], axis=1)
-    sums, counts, _, _, med = _busy_stats(gaps, gaps > 0, span=1e9)
+    sums, counts, _, _, med, _ = _busy_stats(gaps, gaps > 0, span=1e9)
     assert counts[0] == counts[1]
     mean_a, mean_b = sums[0] / counts[0], sums[1] / counts[1]
     assert abs(mean_a / mean_b - 1) < 0.05
@@ -225,12 +225,12 @@ def test_a_window_slow_in_every_instance_decides_alone_and_a_pause_does_not():
     gaps = rng.normal(40e6, 2e6, size=(12, 4))
     gaps[:, 1] *= 1.6
     gaps[5, 2] += 600e6
-    sums, counts, _, steady, med = _busy_stats(gaps, gaps > 0, span=1e9)
+    sums, counts, _, steady, med, _ = _busy_stats(gaps, gaps > 0, span=1e9)
     assert steady[1] == 1.0 and steady[2] <= 0.1 and steady[0] == steady[3] == 0.0
     assert sums[2] / counts[2] > 1.5 * sums[0] / counts[0]  # the pause: as slow on average
     assert med[1] > 1.5 * med[0] and med[2] < 1.1 * med[0]  # not typically
     few = _busy_stats(gaps[:4], gaps[:4] > 0, span=1e9)[3]
-    assert few == [None] * 4  # too few instances to tell
+    assert few == [None, 1.0, None, None]  # too few instances for a share: slow in all of them, or unknown
 
     def first(steady: bool) -> int | None:
         m = RankModel("numpy", 0.1, 2)
