@@ -38,8 +38,8 @@ def others_median(a: np.ndarray) -> np.ndarray:
         return np.broadcast_to(np.expand_dims(nanmedian(a, -2), -2), a.shape).copy()
     if n < 2:
         return np.full(a.shape, np.nan)
-    return nanmedian(a[..., _OTHERS[n], :], -2)
+    return nanmedian(a[..., OTHERS[n], :], -2)
 
 
 # per group size n: for each member, the indices of the others (n x (n - 1))
-_OTHERS = {n: np.array([[j for j in range(n) if j != i] for i in range(n)]) for n in range(2, EXACT_OTHERS + 1)}
+OTHERS = {n: np.array([[j for j in range(n) if j != i] for i in range(n)]) for n in range(2, EXACT_OTHERS + 1)}

@@ -29,7 +29,7 @@ import numpy as np
 
 from commwatch.streams.detect.comm_state import RECV_BWD, SEND_FWD, CommState
 from commwatch.streams.detect.medians import median as _median
-from commwatch.streams.detect.medians import nanmedian, others_median
+from commwatch.streams.detect.medians import EXACT_OTHERS, OTHERS, nanmedian, others_median
 
 OFFSET_BLEND = 0.3
 OFFSET_STEP_NS = 50_000_000
@@ -38,9 +38,11 @@ MIN_GAPS = 1  # a member's busy figures need this many gaps in the window (stage
 OUTLIER = 3.0  # an instance whose gap is over this many times the typical one holds waits, not compute
 STEADY_RATIO = 1.25  # an instance's gap this much over the others' is slow (`busy_steady`) ...
 STEADY_MIN = 6  # ... counted over this many instances of the window at least (a share) ...
-ALL_SLOW_MIN = 2  # ... or, under that, slow in every one of this many at least (1.0)
+ALL_SLOW_MIN = 2  # ... or, under that, clearly slow in every one of this many at least (1.0)
+NOISE_SIGMAS = 4.0  # clearly slow: this many times the window's spread of ratios over 1 (`_clear_ratio`)
 TAIL_MIN = 4  # a run of slow instances ending the window (`busy_tail`) counts from this many ...
-TAIL_SHARE = 0.25  # ... and this share of the window's counted instances
+TAIL_SHARE = 0.25  # ... and this share of the window's counted instances ...
+TAIL_STEADY = 0.8  # ... slow in this share of them, after instances slow in at most the rest's share
 P2P_CLASSES = 16  # P2P compute intervals: the kinds of the calls before and after the gap
 
 
@@ -129,30 +131,66 @@ def _busy_stats(gaps: np.ndarray, valid: np.ndarray, span: float
     with np.errstate(invalid="ignore"):
         ratio = kept / others_median(kept)
         slow = ratio >= STEADY_RATIO
-    over = slow.sum(axis=1)
-    steady = [round(o / c, 3) if c >= STEADY_MIN else 1.0 if c >= ALL_SLOW_MIN and o == c else None
-              for o, c in zip(over.tolist(), cnt)]
+        over = slow.sum(axis=1)
+        thr = _clear_ratio(ratio)
+        every = (ratio >= thr[:, None]).sum(axis=1)
+    steady = [round(o / c, 3) if c >= STEADY_MIN else 1.0 if c >= ALL_SLOW_MIN and e == c else None
+              for o, e, c in zip(over.tolist(), every.tolist(), cnt)]
     med = [round(m / 1e6, 4) if c else None for m, c in zip(nanmedian(kept, 1).tolist(), cnt)]
-    return sums, cnt, _r(np.minimum(total, 1.0)), steady, med, _tail(ratio, slow, cnt)
+    return sums, cnt, _r(np.minimum(total, 1.0)), steady, med, _tail(ratio, slow, thr, cnt)
 
 
-def _tail(ratio: np.ndarray, slow: np.ndarray, cnt: list[int]) -> list:
+def _clear_ratio(ratio: np.ndarray) -> np.ndarray:
+    """Per member, the ratio over which its instance is clearly slow, for a decision on few
+    instances (a run ending the window, all of 2 to 5): `STEADY_RATIO`, or `NOISE_SIGMAS`
+    times the spread of the other members' ratios around 1 (robust; in a noisy job it is
+    more: intervals alone make runs of slow-looking ones). In a small group the member's own
+    ratios are left out of its spread (a slow member would widen it); in a large one they
+    barely move it."""
+    dev = np.abs(ratio - 1.0)
+    n = len(dev)
+    if n > EXACT_OTHERS:
+        fine = dev[np.isfinite(dev)]
+        sigma = np.full(n, 1.4826 * float(np.median(fine)) if len(fine) else 0.0)
+    elif n >= 2:
+        others = dev[OTHERS[n]].reshape(n, -1)  # per member, the other members' deviations
+        sigma = np.nan_to_num(1.4826 * nanmedian(others, 1))
+    else:
+        sigma = np.zeros(n)
+    return np.maximum(STEADY_RATIO, 1.0 + NOISE_SIGMAS * sigma)
+
+
+def _tail(ratio: np.ndarray, slow: np.ndarray, clear: np.ndarray, cnt: list[int]) -> list:
     """Per member (rows of `ratio`: its gap over the others' per instance, nan where not
-    counted), the run of slow instances (`STEADY_RATIO`) that ends the window, as [instances,
-    their mean ratio], where it holds `TAIL_MIN` and `TAIL_SHARE` of the member's counted
-    instances, after at least one that was not slow; else None. A slowdown that began inside
-    the window lengthens every gap from its onset on; a pause lengthens one."""
+    counted), the slowdown that began inside the window, as [instances, their mean ratio]:
+    the longest run of instances ending the window, at least `TAIL_MIN` and `TAIL_SHARE` of
+    the member's counted ones, slow (`slow`) in `TAIL_STEADY` of them, after instances slow
+    in at most 1 - `TAIL_STEADY` (at least one), whose median ratio is clearly over the
+    spread of every member's ratios before it (`NOISE_SIGMAS`; with fewer than 2 x
+    `TAIL_MIN` of them, over `clear`); else None. A slowdown lengthens every gap from its onset on
+    (but for an odd one); a pause lengthens one; a noisy member makes runs of slow-looking
+    gaps as wide as its spread."""
     k = ratio.shape[1]
+    out: list = [None] * len(cnt)
     if k < TAIL_MIN + 1:
-        return [None] * len(cnt)
-    fine = np.isfinite(ratio) & ~slow
-    cols = np.arange(k)
-    last_fine = np.where(fine.any(axis=1), k - 1 - np.argmax(fine[:, ::-1], axis=1), -1)
-    run = slow & (cols[None, :] > last_fine[:, None])
-    n = run.sum(axis=1)
-    mean = np.where(run, ratio, 0.0).sum(axis=1) / np.maximum(n, 1)
-    return [[int(m), round(float(v), 3)] if lf >= 0 and m >= TAIL_MIN and m >= TAIL_SHARE * c else None
-            for m, v, lf, c in zip(n.tolist(), mean.tolist(), last_fine.tolist(), cnt)]
+        return out
+    finite = np.isfinite(ratio)
+    cum_n = np.concatenate([np.zeros((len(cnt), 1)), np.cumsum(finite, axis=1)], axis=1)  # before instance j
+    cum_s = np.concatenate([np.zeros((len(cnt), 1)), np.cumsum(slow & finite, axis=1)], axis=1)
+    tot_n, tot_s = cum_n[:, -1:], cum_s[:, -1:]
+    suf_n, suf_s = tot_n - cum_n, tot_s - cum_s
+    starts = np.concatenate([slow & finite, np.zeros((len(cnt), 1), bool)], axis=1)  # a run begins slow
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ok = (starts & (cum_n >= 1) & (cum_s <= (1 - TAIL_STEADY) * cum_n) & (suf_n >= TAIL_MIN)
+              & (suf_n >= TAIL_SHARE * tot_n) & (suf_s >= TAIL_STEADY * suf_n))
+    for i in np.nonzero(ok.any(axis=1))[0].tolist():
+        j = int(np.argmax(ok[i]))  # the earliest onset: the longest run
+        before, after = ratio[:, :j][finite[:, :j]], ratio[i, j:][finite[i, j:]]
+        need = (1.0 + NOISE_SIGMAS * 1.4826 * float(np.median(np.abs(before - 1.0)))
+                if len(before) >= 2 * TAIL_MIN else float(clear[i]))
+        if float(np.median(after)) >= max(need, STEADY_RATIO):
+            out[i] = [len(after), round(float(after.mean()), 3)]
+    return out
 
 
 def _collective_busy(state: CommState, a: int, b: int, span: float

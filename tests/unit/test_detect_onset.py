@@ -3,9 +3,10 @@ the detector, as `commwatch bench detect` feeds them; and the window statistics 
 
 - A window that ends in a run of instances a rank was slow in, after instances it was not,
   holds the onset of a slowdown (a pause lengthens one interval): at >= 1.5x it decides at
-  once, though the rank's horizon still holds its healthy past.
-- A window too short in instances for a share (under 6) in which the rank was slow in every
-  one is steady.
+  once, though the rank's horizon still holds its healthy past; not a run within the
+  window's spread (a noisy job makes runs of slow-looking intervals).
+- A window too short in instances for a share (under 6) in which the rank was clearly slow
+  in every one is steady.
 - A new window is judged when it arrives, not at the next periodic evaluation; the
   stage-imbalance advisory counts periodic evaluations only (its count is a measure of time).
 - A comm in use that never showed a compute interval for 10 s (a data-parallel comm of a job
@@ -48,6 +49,20 @@ def test_a_window_ending_in_a_run_of_slow_instances_reports_the_run():
     tail = windows._busy_stats(gaps, gaps > 0, span=1e9)[5]
     assert tail[1][0] == 6 and 1.5 < tail[1][1] < 1.7
     assert tail[0] is None and tail[2] is None and tail[3] is None and tail[4] is None
+
+
+def _noisy_run(jitter: float) -> list:
+    rng = np.random.default_rng(8)
+    gaps = 40e6 * (1 + jitter * rng.standard_normal((24, 6))).clip(0.5)
+    gaps[18:, 1] = 40e6 * 1.6  # member 1 at 1.6x over the last 6 instances
+    return windows._busy_stats(gaps, gaps > 0, span=1e9)[5]
+
+
+def test_in_a_noisy_job_a_run_within_its_spread_is_no_onset(monkeypatch):
+    assert _noisy_run(0.03)[1] is not None
+    assert _noisy_run(0.25)[1] is None  # intervals 25 % apart make 1.6x runs by themselves
+    monkeypatch.setattr(windows, "NOISE_SIGMAS", 0.0)  # drill: the spread not asked
+    assert _noisy_run(0.25)[1] is not None
 
 
 def test_a_slow_tail_decides_at_once_a_milder_one_does_not():
