@@ -183,7 +183,7 @@ class JobStage:
             if hold or js.ended_ns:
                 return []
             out = self._fresh_steps(js, now_ns) if js.steps.fresh else []
-            if js.slow.fresh and now_ns - js.last_fresh_eval >= FRESH_EVAL_NS:
+            if self._slow_due(js, now_ns):
                 js.last_fresh_eval = now_ns
                 self._slow(js, now_ns, out, periodic=False)
             return out
@@ -203,7 +203,7 @@ class JobStage:
         if hold:
             return out  # an open incident is not asserted while held: it does not expire either
         periodic = now_ns - js.last_slow_eval >= SLOW_EVAL_NS
-        if periodic or (js.slow.fresh and now_ns - js.last_fresh_eval >= FRESH_EVAL_NS):
+        if periodic or self._slow_due(js, now_ns):
             if periodic:
                 js.last_slow_eval = now_ns
             else:
@@ -216,11 +216,23 @@ class JobStage:
     @staticmethod
     def due_ns(js: JobState) -> int:
         """When the job's next tick does anything, on its clock: its periodic tick, or sooner
-        the evaluation a new window calls for (`FRESH_EVAL_NS`)."""
+        the slow-rank evaluation a new window or a hot rank calls for (`_slow_due`)."""
         due = js.last_tick + TICK_NS
-        if js.slow.fresh and not js.ended_ns:
-            due = min(due, js.last_fresh_eval + FRESH_EVAL_NS)
+        if not js.ended_ns:
+            if js.slow.fresh:
+                due = min(due, js.last_fresh_eval + FRESH_EVAL_NS)
+            if js.slow.due_ns:
+                due = min(due, max(js.slow.due_ns, js.last_fresh_eval + FRESH_EVAL_NS))
         return due
+
+    @staticmethod
+    def _slow_due(js: JobState, now_ns: int) -> bool:
+        """A slow-rank evaluation between the periodic ones (at most every `FRESH_EVAL_NS`): a
+        window arrived that may decide alone (`SlowTracker._hot`), or a rank hot over enough
+        windows reached `SLOW_MIN_NS` (time alone concludes it)."""
+        if now_ns - js.last_fresh_eval < FRESH_EVAL_NS:
+            return False
+        return js.slow.fresh or 0 < js.slow.due_ns <= now_ns
 
     def health(self, job: str, now_ns: int, drops: dict[str, int] | None = None) -> dict | None:
         """The job's health snapshot (`health.py`); None for a job never seen."""

@@ -7,7 +7,9 @@ slowdown, and since when: two interchangeable models, chosen by the `slow_model`
   or at once when >= `FAST_RATIO` in two new windows in a row, or in one window in which
   it was slow in nearly every instance (`steady`: a pause lengthens one gap, not all), or
   in one window that the caller's own evidence makes conclusive (`conclusive`: an
-  iteration whose phases are all stretched alike, `steps.py`). A window far slower overall
+  iteration whose phases are all stretched alike, `steps.py`), or at once on a window that
+  ends in a run of slow instances at >= `FAST_RATIO` (`tail`: the onset of a slowdown inside
+  it, `windows._tail`), though the horizon still holds the healthy past. A window far slower overall
   but slow in few of its instances (`pause`) holds a pause's long gaps: it counts for nothing.
 - `river`: the same evidence, and a Page-Hinkley drift detector (`river.drift.PageHinkley`,
   upward) per rank that learns the rank's normal ratio and flags the onset of a rise as
@@ -16,7 +18,8 @@ slowdown, and since when: two interchangeable models, chosen by the `slow_model`
   detect: the sustained rule of the `numpy` model applies to it as well.
 
 `update(ratio, stamp, now, held)` returns the onset time while the rank is judged slow
-(`held`: an incident is open, hysteresis at half the threshold), else None. Scores are
+(`held`: an incident is open, hysteresis at half the threshold over the horizon, or the
+newest window over the threshold: a tail decision comes before the horizon fills), else None. Scores are
 higher-is-worse; the river models warm up over `PH_MIN` windows.
 
 >>> m = RankModel("numpy", 0.1, 2)
@@ -47,11 +50,21 @@ class RankModel:
         self.onset = 0
         self.ph = None
         self.seen = 0
+        self.due = 0
 
     def threshold(self) -> float:
         return 1.0 + self.impact
 
     def update(self, ratio: float, stamp: int, now_ns: int, held: bool = False, short: float | None = None,
+               **kw) -> int | None:
+        """`_update` (below); keeps `due`: when time alone would conclude the sustained rule
+        (hot over enough windows, `SLOW_MIN_NS` not yet passed), else 0."""
+        v = self._update(ratio, stamp, now_ns, held, short, **kw)
+        self.due = (self.hot_since + SLOW_MIN_NS if v is None and not held and self.hot_since
+                    and self.streak >= max(self.windows, MIN_STREAK) else 0)
+        return v
+
+    def _update(self, ratio: float, stamp: int, now_ns: int, held: bool = False, short: float | None = None,
                start: int | None = None, steady: bool = False, conclusive: bool = False, pause: bool = False,
                tail: tuple[float, int] | None = None) -> int | None:
         """`ratio` over the horizon (steady); `short` over each comm's latest window alone

@@ -131,12 +131,17 @@ def _busy_stats(gaps: np.ndarray, valid: np.ndarray, span: float
     with np.errstate(invalid="ignore"):
         ratio = kept / others_median(kept)
         slow = ratio >= STEADY_RATIO
-        over = slow.sum(axis=1)
-        thr = _clear_ratio(ratio)
-        every = (ratio >= thr[:, None]).sum(axis=1)
-    steady = [round(o / c, 3) if c >= STEADY_MIN else 1.0 if c >= ALL_SLOW_MIN and e == c else None
-              for o, e, c in zip(over.tolist(), every.tolist(), cnt)]
+    over = slow.sum(axis=1).tolist()
     med = [round(m / 1e6, 4) if c else None for m, c in zip(nanmedian(kept, 1).tolist(), cnt)]
+    few = [ALL_SLOW_MIN <= c < STEADY_MIN and o == c for o, c in zip(over, cnt)]
+    if not any(few) and max(over, default=0) < TAIL_MIN:  # no member slow enough for either (most windows)
+        steady = [round(o / c, 3) if c >= STEADY_MIN else None for o, c in zip(over, cnt)]
+        return sums, cnt, _r(np.minimum(total, 1.0)), steady, med, [None] * len(cnt)
+    thr = _clear_ratio(ratio)
+    with np.errstate(invalid="ignore"):
+        every = (ratio >= thr[:, None]).sum(axis=1).tolist()
+    steady = [round(o / c, 3) if c >= STEADY_MIN else 1.0 if f and e == c else None
+              for o, e, c, f in zip(over, every, cnt, few)]
     return sums, cnt, _r(np.minimum(total, 1.0)), steady, med, _tail(ratio, slow, thr, cnt)
 
 

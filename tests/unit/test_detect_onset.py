@@ -7,7 +7,8 @@ the detector, as `commwatch bench detect` feeds them; and the window statistics 
   window's spread (a noisy job makes runs of slow-looking intervals).
 - A window too short in instances for a share (under 6) in which the rank was clearly slow
   in every one is steady.
-- A new window is judged when it arrives, not at the next periodic evaluation; the
+- A new window that may decide alone is judged when it arrives, not at the next periodic
+  evaluation, and a rank hot over enough windows when time alone concludes it; the
   stage-imbalance advisory counts periodic evaluations only (its count is a measure of time).
 - A comm in use that never showed a compute interval for 10 s (a data-parallel comm of a job
   with long steps) is nobody's finest: it does not hold back judging ranks in their finest.
@@ -73,6 +74,16 @@ def test_a_slow_tail_decides_at_once_a_milder_one_does_not():
     assert m.update(1.04, 5 * S, 5 * S, short=1.1, tail=(1.3, onset)) is None
 
 
+def test_a_rank_hot_over_enough_windows_says_when_time_alone_concludes_it():
+    m = RankModel("numpy", 0.1, 2)
+    hot = 4 * S + S // 2
+    assert m.update(1.3, 5 * S, 5 * S, short=1.3, start=hot) is None and m.due == 0  # one window
+    assert m.update(1.3, 6 * S, 6 * S, short=1.3) is None and m.due == hot + 2 * S  # two, 2 s not yet
+    assert m.update(1.3, 6 * S, m.due, short=1.3) == hot and m.due == 0  # then: concluded
+    m.update(1.0, 7 * S, 7 * S, short=1.0)
+    assert m.due == 0
+
+
 def test_too_few_instances_for_a_share_slow_in_every_one_is_steady():
     gaps = np.full((3, 4), 40e6)
     gaps[:, 1] *= 1.6
@@ -117,7 +128,7 @@ def test_a_new_window_is_judged_when_it_arrives(settings):
 
 def test_drill_judged_at_the_periodic_evaluations_only_it_is_named_later(settings, monkeypatch):
     fresh = _fresh_delay(settings)
-    monkeypatch.setattr(job_stage, "FRESH_EVAL_NS", 10**18)
+    monkeypatch.setattr(job_stage.JobStage, "_slow_due", staticmethod(lambda js, now_ns: False))
     opened, run = _run(settings, _slow24())
     assert _delay_s(opened, run) >= fresh + 0.3
 
