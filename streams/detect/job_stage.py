@@ -44,7 +44,7 @@ from commwatch.streams.detect.steps import StepTracker
 
 TICK_NS = 250_000_000
 SLOW_EVAL_NS = 500_000_000
-FRESH_EVAL_NS = 100_000_000  # a new window is judged at once, at most this often
+FRESH_EVAL_NS = 100_000_000  # slow-rank evaluations between the periodic ones (`_slow_due`), at most this often
 HW_CLOCK_RATIO = 0.85  # SM clock below this share of the job's median is an anomaly
 HW_SLOW_EVIDENCE_RATIO = 0.95
 P1_AFTER_NS = 10_000_000_000  # a slow rank costing half the job's time is P1 once it lasts this long
@@ -77,7 +77,7 @@ class JobState:
     ib_errors: dict[str, list[int]] = field(default_factory=dict)  # node -> [symbol errors, when they last rose]
     last_tick: int = 0
     last_slow_eval: int = 0
-    last_fresh_eval: int = 0  # the last evaluation a new window called for (`FRESH_EVAL_NS`)
+    last_fresh_eval: int = 0  # the last slow-rank evaluation between the periodic ones (`_slow_due`)
     last_msg_ns: int = 0
     ended_ns: int = 0
     ended_reason: str = ""

@@ -167,7 +167,7 @@ class SlowTracker:
         self.stage_evals: dict[int, list[int]] = {}  # stage -> [evaluations imbalanced, evaluations]
         self.stage_ratio: dict[int, float] = {}
         self.step_ns = 0.0  # the job's median step (set by stage 2): long steps, rare windows
-        self.fresh = False  # a window that shows a member slower arrived since the last evaluation
+        self.fresh = False  # a window that may decide alone arrived since the last evaluation (`_hot`)
         self.in_use_since: dict[str, int] = {}  # comm -> when an evaluation first saw it in use
         self.due_ns = 0  # when time alone may conclude a rank hot over enough windows (0: none)
     # --- inputs -----------------------------------------------------------------------

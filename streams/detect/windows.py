@@ -116,7 +116,7 @@ def _busy_stats(gaps: np.ndarray, valid: np.ndarray, span: float
     (None under `STEADY_MIN` of them): a slowdown lengthens every gap, a pause one. And the
     median of its counted gaps (ms, None without any): a slower device lengthens them all,
     waits in other comms that fall in some gaps (a stage waiting on its neighbour) do not
-    move it."""
+    move it. And the slowdown that began inside the window, if any (`_tail`)."""
     with np.errstate(invalid="ignore"):
         row = nanmedian(np.where(valid, gaps, np.nan), 1)
         typical = nanmedian(row, 0) if len(row) else np.nan
