@@ -301,7 +301,7 @@ class CommStage:
             return True
         if st.open_since and now_ns - st.open_since >= WAIT_REPORT_NS // 2:
             return True
-        return any(s > d and 0 < t <= now_ns - WAIT_REPORT_NS // 2 for s, d, t, _ in st.p2p.values())
+        return any(s > d and 0 < t <= now_ns - WAIT_REPORT_NS for s, d, t, _ in st.p2p.values())
 
     @staticmethod
     def _p2p_due(st: CommState, now_ns: int) -> bool:

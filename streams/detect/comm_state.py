@@ -29,6 +29,7 @@ distinct rank, channel or window, never per record.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import Counter, deque
 
 import numpy as np
@@ -68,13 +69,11 @@ def _quantile(xs: list[float], q: float) -> float:
     return float(xs[i] + (xs[i + 1] - xs[i]) * (pos - i))
 
 
-def _last_per_key(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each distinct key, the largest value (keys and values aligned)."""
-    order = np.lexsort((values, keys))
-    k, v = keys[order], values[order]
-    last = np.ones(len(k), bool)
-    last[:-1] = k[1:] != k[:-1]
-    return k[last], v[last]
+def _last_sorted(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each distinct key, its last value (keys sorted, values sorted within a key)."""
+    last = np.ones(len(keys), bool)
+    last[:-1] = keys[1:] != keys[:-1]
+    return keys[last], values[last]
 
 
 class CommState:
@@ -332,15 +331,19 @@ class CommState:
             ((flags & wire.FLAG_GPU_TIMED) != 0) | ((flags & wire.FLAG_ENQUEUED) == 0))
         ops = recs["op"]
         p2p = (ops == wire.OP_SEND) | (ops == wire.OP_RECV)
-        if p2p.any():
-            self._apply_p2p(recs[p2p], slot[p2p], done[p2p], timed[p2p], ts[p2p], flags[p2p])
-        coll = ~p2p
-        if not coll.any():
+        n_p2p = int(np.count_nonzero(p2p))
+        if n_p2p == len(p2p):  # a pipeline comm's batch: no copies (most of its flushes)
+            self._apply_p2p(recs, slot, done, timed, ts, flags)
             return []
+        if n_p2p:
+            self._apply_p2p(recs[p2p], slot[p2p], done[p2p], timed[p2p], ts[p2p], flags[p2p])
         self.p2p_only = False
         # inside the call, not only queued: its device started it (GPU_TIMED: a device entry or
         # a completion) or the host blocked in it (neither GPU_TIMED nor ENQUEUED)
         real = ((flags & wire.FLAG_GPU_TIMED) != 0) | ((flags & wire.FLAG_ENQUEUED) == 0)
+        if not n_p2p:
+            return self._apply_collectives(recs, slot, done, observed, timed, ts, real)
+        coll = ~p2p
         return self._apply_collectives(recs[coll], slot[coll], done[coll], observed[coll], timed[coll], ts[coll],
                                        real[coll])
 
@@ -379,7 +382,8 @@ class CommState:
         if not done.any():
             return []
         # instance ring: completed records (the latest record of a call carries its real times)
-        c, slot, seq, timed = c[done], slot[done], seq[done], timed[done]
+        if not done.all():
+            c, slot, seq, timed = c[done], slot[done], seq[done], timed[done]
         self.max_seq = max(self.max_seq, int(seq.max()))
         if self.frontier < 0:
             self.frontier = self.win_start = int(seq.min())
@@ -428,29 +432,29 @@ class CommState:
         is_recv = (c["op"] == wire.OP_RECV).astype(np.int64)
         seq = c["seq"].astype(np.int64)
         key = (slot << 33) | ((peer & 0xFFFFFFFF) << 1) | is_recv
-        ks, ss = _last_per_key(key, seq)
-        _, kts = _last_per_key(key, ts)
-        # per channel, its records in seq order: the first of each (channel, seq) whose start is
-        # the host's is its entry (a device start does not order it among the rank's host calls)
+        # per channel, its records in seq order: its newest call, the newest it completed, the
+        # newest its rank is known inside
         order = np.lexsort((seq, key))
-        order = order[host_t[order]]
-        ok_, oq = key[order], seq[order]
-        first = np.ones(len(ok_), bool)
-        first[1:] = (ok_[1:] != ok_[:-1]) | (oq[1:] != oq[:-1])
-        entry = dict(zip(zip(ok_[first].tolist(), oq[first].tolist()), c["t_start_ns"][order][first].tolist()))
-        dks, dss = _last_per_key(key[done], seq[done]) if done.any() else (ks[:0], ss[:0])
-        comp = dict(zip(dks.tolist(), dss.tolist()))
-        if real.any():  # the highest seq each channel's rank is known inside
-            rk, rq = _last_per_key(key[real], seq[real])
+        k_all, q_all = key[order], seq[order]
+        ks, ss = _last_sorted(k_all, q_all)
+        d_o, r_o = done[order], real[order]
+        comp = dict(zip(*(a.tolist() for a in _last_sorted(k_all[d_o], q_all[d_o])))) if d_o.any() else {}
+        if r_o.any():
+            rk, rq = _last_sorted(k_all[r_o], q_all[r_o])
             for k, q in zip(rk.tolist(), rq.tolist()):
                 p = (k >> 1) & 0xFFFFFFFF
                 ch = (k >> 33, p - (1 << 32) if p >= 0x80000000 else p, k & 1)
                 if q > self.p2p_real.get(ch, -1) and (ch in self.p2p or len(self.p2p) < MAX_CHANNELS):
                     self.p2p_real[ch] = q
-        by_ch: dict[int, list[tuple[int, int]]] = {}
-        for (k, q), t in entry.items():
-            by_ch.setdefault(k, []).append((q, t))
-        for k, s, t in zip(ks.tolist(), ss.tolist(), kts.tolist()):
+        # the entry of each (channel, seq): its first record whose start is the host's (a device
+        # start does not order it among the rank's host calls); channels and calls ascending
+        h = order[host_t[order]]
+        hk, hq = key[h], seq[h]
+        first = np.ones(len(hk), bool)
+        first[1:] = (hk[1:] != hk[:-1]) | (hq[1:] != hq[:-1])
+        ek, eq, et = hk[first].tolist(), hq[first].tolist(), c["t_start_ns"][h][first].tolist()
+        kl, ql, tl = k_all.tolist(), q_all.tolist(), ts[order].tolist()
+        for k, s in zip(ks.tolist(), ss.tolist()):
             p = (k >> 1) & 0xFFFFFFFF
             ch = (k >> 33, p - (1 << 32) if p >= 0x80000000 else p, k & 1)
             st = self.p2p.get(ch)
@@ -464,22 +468,31 @@ class CommState:
             if cs is not None and cs > st[1]:
                 st[1] = cs
                 st[2] = st[3] = 0
+            nxt = st[1] + 1
             if st[0] > st[1] and st[2] == 0:
-                st[2] = t
+                # open since its last completed call and the first record beyond it came (not
+                # since the channel's newest record: a flush may hold a second of its calls)
+                lo, hi = bisect_left(kl, k), bisect_right(kl, k)
+                j = bisect_right(ql, st[1], lo, hi)
+                st[2] = max(max(tl[lo:j], default=0), min(tl[j:hi], default=0))
             # entries of calls queued beyond the first open one: kept (a few per channel) so
             # that its entry time is known once it is the first open one
+            lo, hi = bisect_left(ek, k), bisect_right(ek, k)
             ahead = self.p2p_ahead.get(ch)
-            for q, te in by_ch.get(k, ()):
-                if q > st[1] + 1:
-                    if ahead is None:
-                        ahead = self.p2p_ahead[ch] = {}
-                    if len(ahead) < P2P_AHEAD:
-                        ahead.setdefault(q, te)
+            j = bisect_right(eq, nxt, lo, hi)
+            if j < hi:
+                if ahead is None:
+                    ahead = self.p2p_ahead[ch] = {}
+                for q, te in zip(eq[j:hi], et[j:hi]):
+                    if len(ahead) >= P2P_AHEAD:
+                        break
+                    ahead.setdefault(q, te)
             if ahead:
                 for q in [q for q in ahead if q <= st[1]]:
                     del ahead[q]
             if st[0] > st[1] and st[3] == 0:
-                st[3] = entry.get((k, st[1] + 1), 0) or (ahead.pop(st[1] + 1, 0) if ahead else 0)
+                i = bisect_left(eq, nxt, lo, hi)
+                st[3] = (et[i] if i < hi and eq[i] == nxt else 0) or (ahead.pop(nxt, 0) if ahead else 0)
         # completed timed calls for the P2P windows, by kind: recvs (time inside one is waiting
         # for data) and sends, from or to an earlier or a later stage (forward, backward)
         if timed.any() and self.p2p_iv_n < MAX_P2P_INTERVALS:

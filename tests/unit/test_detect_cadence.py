@@ -2,13 +2,17 @@
 close, a wait to check, enough or old enough records), and its cheap medians and quantiles
 are numpy's."""
 
+import warnings
+
 import numpy as np
 
+from commwatch import wire
 from commwatch.decode import decode_message
 from commwatch.producers.simulate import JobSpec, parse_fault, simulate
 from commwatch.streams.detect import CommStage, Detector
-from commwatch.streams.detect.comm_stage import TICK_FLUSH_AGE_NS
-from commwatch.streams.detect.comm_state import _quantile
+from commwatch.streams.detect.comm_stage import TICK_FLUSH_AGE_NS, WAIT_REPORT_NS
+from commwatch.streams.detect.comm_state import CommState, _quantile
+from commwatch.streams.detect.medians import nanmedian
 from commwatch.streams.detect.windows import _median
 
 
@@ -59,3 +63,57 @@ def test_cheap_median_and_quantile_are_numpys():
         g = rng.exponential(1e6, n)
         xs = np.sort(g).tolist()
         assert np.allclose([_quantile(xs, 0.5), _quantile(xs, 0.99)], np.percentile(g, (50, 99)), rtol=1e-12)
+
+
+def _p2p(rank, crank, peer, seq, t_ns, done, op=wire.OP_SEND):
+    r = wire.empty(1)
+    r["kind"], r["op"], r["comm"], r["rank"], r["comm_rank"] = wire.KIND_CALL, op, 0xC3, rank, crank
+    r["peer"], r["seq"], r["nranks"], r["t_start_ns"] = peer, seq, 2, t_ns
+    if done:
+        r["flags"], r["t_end_ns"] = wire.FLAG_COMPLETED, t_ns + 1_000_000
+    return r
+
+
+def test_when_a_p2p_channel_opened_does_not_depend_on_when_it_was_flushed(settings):
+    """Send #0 completes and #1 is entered in a batch seen at T; #2 is queued behind it in a
+    batch seen 0.8 s later. The channel is open since T whether both batches are applied in
+    one flush (a P2P comm flushes about once a second) or one at a time."""
+    T, later = 5_000_000_000, 5_800_000_000
+    first = np.concatenate([_p2p(4, 1, 0, 0, T - 2_000_000, True, wire.OP_RECV),
+                            _p2p(3, 0, 1, 0, T - 2_000_000, True), _p2p(3, 0, 1, 1, T - 1_000_000, False)])
+    second = _p2p(3, 0, 1, 2, later - 1_000_000, False)
+    since = []
+    for flushes in ([(first, T), (second, later)], [(np.concatenate([first, second]), None)]):
+        st = CommState("j1", 0xC3, settings.window_instances)
+        for recs, at in flushes:
+            ts = np.full(len(recs), at, np.int64) if at else np.array([T, T, T, later], np.int64)
+            st.apply_records(recs, ts)
+        channel = st.p2p[(0, 1, 0)]  # rank 3 (slot 0) sending to rank 4 (slot 1)
+        assert channel[:2] == [2, 0]  # entered up to #2, completed #0
+        since.append(channel[2])
+    assert since == [T, T]
+
+
+def test_an_open_p2p_call_flushes_its_comm_only_once_it_may_be_reported(settings):
+    stage = CommStage(settings)
+    st = stage.state("j1", 0xC3)
+    T = 5_000_000_000
+    st.apply_records(np.concatenate([_p2p(4, 1, 0, 0, T, False, wire.OP_RECV), _p2p(3, 0, 1, 0, T, False)]),
+                     np.array([T, T], np.int64))
+    st.pending_since = T + WAIT_REPORT_NS  # records pending, young: nothing else is due
+    st.pending_n = 1
+    st.p2p_win_start = T + WAIT_REPORT_NS  # its P2P window is not due either
+    assert not stage._report_due(st, T + WAIT_REPORT_NS // 2 + 100_000_000)
+    assert stage._report_due(st, T + WAIT_REPORT_NS)
+
+
+def test_cheap_nanmedian_is_numpys_with_and_without_gaps():
+    rng = np.random.default_rng(4)
+    for shape in [(1, 1), (2, 3), (7, 8), (8, 7, 5)]:
+        a = rng.normal(size=shape) * 1e9
+        for x in (a, np.where(rng.random(shape) < 0.3, np.nan, a)):  # all finite (a partition), with gaps
+            for axis in range(len(shape)):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # a slice of nans only: nan
+                    want = np.nanmedian(x, axis=axis)
+                np.testing.assert_allclose(nanmedian(x, axis), want, rtol=0, atol=1e-6, equal_nan=True)
