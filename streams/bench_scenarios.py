@@ -357,6 +357,9 @@ def jobmodel_cases() -> list[Case]:
     add("unbalanced1.3", L32T8, control="unbalanced", duration_s=50.0, stage_factors=(1.0, 1.3))
     add("healthy-jitter", L32T8, control="healthy", duration_s=45.0, jitter=0.08)
     add("healthy-gc-pauses", (4, 2, 4), control="healthy", duration_s=60.0, gc_pauses_per_s=0.03)
+    # a node's data late (its link to the broker, its agent stalled), its ranks running
+    add("late-node-data-4s", L16, control="healthy", duration_s=45.0, arrival=True, late_node=(1, 20.0, 24.0, 4.0))
+    add("late-node-data-2.5s", L64, control="healthy", duration_s=40.0, arrival=True, late_node=(0, 20.0, 25.0, 2.5))
     return out
 
 

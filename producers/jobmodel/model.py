@@ -32,6 +32,9 @@ class JobConfig:
     from the start (unbalanced stages). Node clocks are off by +-`clock_offset_ms` (a range)
     and drift up to +-`clock_drift_ppm`; `job_clock_offset_s` shifts every node of the job;
     `clock_step` (node, at_s, by_s) sets one node's clock anew mid-run (time sync stepping it).
+    `late_node` (node, from_s, to_s, by_s): what that node sends in [from_s, to_s) reaches
+    the consumer `by_s` late (a congested link to the broker, a stalled agent), its ranks
+    unaffected (`merge_received`).
     """
 
     job: str = "jm"
@@ -53,6 +56,7 @@ class JobConfig:
     clock_drift_ppm: float = 20.0
     job_clock_offset_s: float = 0.0
     clock_step: tuple[int, float, float] | None = None  # (node, at_s, by_s): that node's clock is set anew
+    late_node: tuple[int, float, float, float] | None = None  # (node, from_s, to_s, by_s): its messages arrive late
     queue_depth: int = 64
     flush_s: float = 0.2
     heartbeat_s: float = 1.0
@@ -336,9 +340,16 @@ def merge_received(runs: list[JobRun]) -> list[tuple[Message, int]]:
     """As `merge`, with when each message was sent in true time (ns): a consumer's wall clock
     when it arrives, whatever the clock of the job that stamped it."""
     base = runs[0].config.start_ns
-    sent = [(s.t + (r.config.start_ns - base) / 1e9, i, s.node, s.msg) for i, r in enumerate(runs) for s in r.sent]
+    sent = [(s.t + _late(r.config, s) + (r.config.start_ns - base) / 1e9, i, s.node, s.msg)
+            for i, r in enumerate(runs) for s in r.sent]
     sent.sort(key=lambda x: x[:3])
     return [(m, base + round(t * 1e9)) for t, _i, _n, m in sent]
+
+
+def _late(cfg: JobConfig, sent) -> float:
+    """How late a message reaches the consumer (`JobConfig.late_node`)."""
+    late = cfg.late_node
+    return late[3] if late is not None and sent.node == late[0] and late[1] <= sent.t < late[2] else 0.0
 
 
 def write_capture(path, msgs: list[Message]) -> int:

@@ -13,7 +13,8 @@ hardware). Time is the job's own event time handed in (`now_of(job)`).
   anything older, and none completes.
 - The threshold follows the job's cadence: max(`hang_floor_s`, `hang_gap_factor` x the
   longest normal silence of a comm's members (p99), `hang_step_factor` x the median step).
-- `node_lost` (P0): a node's heartbeats stop while other nodes of the job still report.
+- `node_lost` (P0): a node's heartbeats stop while other nodes of the job still report; P2
+  while other nodes still complete collectives with its ranks in them (its data is late).
 - `job_stalled` (P2): nobody inside a blocked call and no progress for far longer than usual.
 - `slow_rank`: compute shares (`slow.py`) and iteration phases (`steps.py`), one incident
   per culprit; a pipeline stage slower than the others from the start is one P3 advisory
@@ -329,15 +330,34 @@ class JobStage:
             if now_ns - seen >= limit and newest - seen >= limit and (
                     not joining or ("node_lost", node) in js.book.open):
                 lost.add(node)
+                silent = f"no heartbeat from {node} for {(now_ns - seen) / 1e9:.1f} s ({len(ranks)} ranks)"
+                evidence = {"last_heartbeat_ns": seen, "silent_s": round((now_ns - seen) / 1e9, 1), "onset_ns": seen}
+                alive = self._alive_ns(js, node, set(ranks), now_ns, limit)
+                if alive > seen:  # its ranks go on: its agent, or the pipeline from it, is silent
+                    evidence["ranks_alive_ns"] = alive
+                    silent += (f"; its ranks still complete collectives with other nodes ("
+                               f"{(now_ns - alive) / 1e9:.1f} s ago): its data is lost or late, not its ranks")
                 out.extend(js.book.assert_(
-                    ("node_lost", node), now_ns, kind="node_lost", severity="P0", culprit_ranks=ranks,
-                    culprit_nodes=[node], comm="",
-                    summary=f"no heartbeat from {node} for {(now_ns - seen) / 1e9:.1f} s ({len(ranks)} ranks)",
-                    evidence={"last_heartbeat_ns": seen, "silent_s": round((now_ns - seen) / 1e9, 1), "onset_ns": seen},
+                    ("node_lost", node), now_ns, kind="node_lost", severity="P2" if alive > seen else "P0",
+                    culprit_ranks=ranks, culprit_nodes=[node], comm="", summary=silent, evidence=evidence,
                     id_hint=f"{node}-{now_ns}"))
             elif ("node_lost", node) in js.book.open:
                 out.extend(js.book.resolve(("node_lost", node), now_ns))
         return lost
+
+    @staticmethod
+    def _alive_ns(js: JobState, node: str, ranks: set[int], now_ns: int, limit: float) -> int:
+        """The latest evidence from other nodes that a silent node's ranks still run: a
+        collective of a comm spanning nodes completes on every member or on none, so one that
+        another node completed had the silent node's ranks in it. Current evidence only (within
+        `limit`, or the comm's own cadence of progress); 0 when none (its ranks stopped too)."""
+        alive = 0
+        for comm, c in js.comms.items():
+            at = c.get("d_ns", 0)
+            if at > alive and ranks & js.members.get(comm, set()) and set(c.get("nodes") or ()) - {node} and (
+                    now_ns - at < max(limit, c.get("gap_p99_ns", 0))):
+                alive = at
+        return alive
 
     def _stale(self, js: JobState, now_ns: int) -> set[str]:
         """Comms whose newest message is older than a few heartbeat periods: their input is

@@ -71,9 +71,27 @@ def test_node_lost_after_three_silent_periods_and_resolves(settings):
     j.heartbeats(t + 6 * S, silent_nodes=("n1",))
     lost = j.opened("node_lost")
     assert len(lost) == 1 and lost[0]["culprit_nodes"] == ["n1"] and lost[0]["culprit_ranks"] == [4, 5]
-    assert 3 * S <= lost[0]["opened_ns"] - t <= 4 * S
+    assert lost[0]["severity"] == "P0" and 3 * S <= lost[0]["opened_ns"] - t <= 4 * S
     j.heartbeats(j.now + 15 * S)
     assert [i["status"] for i in j.incidents if i["kind"] == "node_lost"] == ["open", "resolved"]
+
+
+def test_a_silent_node_whose_ranks_still_complete_collectives_is_not_paged(settings):
+    """Nothing from n1 reaches the pipeline (its agent, or the network to the broker), but
+    rank 3 on n0 still completes data-parallel collectives that n1's ranks 4 and 5 are in:
+    those ranks run, their data is late: a P2. Once nothing completes any more, a P0."""
+    j = HandJob(settings, {TP: [0, 1, 2, 3], DP: [3, 4, 5]}, NODES)
+    steps(j, 4)
+    for _ in range(6):  # n0's calls and heartbeats only
+        base = j.now + S
+        j.collective(TP, j.state[(TP, 0)][0] + 1, {r: base for r in (0, 1, 2, 3)}, base + 2 * MS)
+        j.collective(DP, j.state[(DP, 3)][0] + 1, {3: base + 10 * MS}, base + 12 * MS)
+        j.beat(j.now, silent_nodes=("n1",))
+    (lost,) = j.opened("node_lost")
+    assert lost["severity"] == "P2" and lost["culprit_nodes"] == ["n1"] and "ranks_alive_ns" in lost["evidence"]
+    assert not [i for i in j.incidents if i["severity"] in ("P0", "P1")]
+    j.heartbeats(j.now + 8 * S, silent_nodes=("n1",))  # n0 stops too: no collective completes
+    assert [i["severity"] for i in j.incidents if i["kind"] == "node_lost"][-1] == "P0"
 
 
 def test_p2p_hang_names_the_peer_that_never_posted_its_recv(settings):
