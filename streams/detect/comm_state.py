@@ -9,7 +9,8 @@ global ranks only; records also give the comm rank). Per slot, struct-of-arrays:
   cannot see completions is not a stuck one);
 - when its counters last advanced, in the job's event time as the pipeline observed it
   (`adv_ns`, `done_adv_ns`): time that means the same whatever the rank's clock;
-- `exited` (its agent said its process is gone) and `left` (COMM_DESTROY).
+- `exited` (its agent said its process is gone, or stopped listing it in heartbeats it
+  still sends for the comm: `GONE_BEATS`) and `left` (COMM_DESTROY).
 
 What a record's times mean decides what they are used for (wire spec section 1):
 
@@ -47,6 +48,7 @@ WINDOW_MIN_NS = 1_000_000_000  # a window covers at least this much event time
 MAX_CHANNELS = 1 << 16  # P2P channels kept per comm
 P2P_AHEAD = 16  # entry times kept per channel for calls queued beyond its first open one
 MAX_P2P_INTERVALS = 1 << 18  # completed P2P calls kept for the windows not reported yet
+GONE_BEATS = 2  # heartbeats of its node for the comm in a row that no longer list a rank: its process is gone
 RECV_FWD, RECV_BWD, SEND_FWD, SEND_BWD = 0, 1, 2, 3  # P2P call kinds (from/to an earlier/later stage)
 
 
@@ -98,6 +100,8 @@ class CommState:
         self.done_adv_ns = np.zeros(0, np.int64)
         self.exited = np.zeros(0, bool)
         self.left = np.zeros(0, bool)
+        self.listed: dict[str, set[int]] = {}  # node -> slots its heartbeats for this comm have listed
+        self.unlisted: dict[int, int] = {}  # slot -> heartbeats of its node in a row without it
         self.offsets = np.zeros(0, np.float64)
         self.first_ns = 0
         self.d_max = -1  # highest collective completed by any member
@@ -508,6 +512,22 @@ class CommState:
         self.p2p_untimed += int((done & ~timed).sum())
 
     # --- heartbeats -------------------------------------------------------------------
+    def _listed(self, node: str, slots: list[int]) -> None:
+        """A node's agent lists every local rank of the comm in each heartbeat while the rank's
+        process writes (wire spec 2.2); one it listed and then leaves out of `GONE_BEATS` of
+        them in a row is gone (its process died: the agent has no ring to read), as if the
+        agent had said `exited` (an agent that does not send that field)."""
+        now = set(slots)
+        seen = self.listed.setdefault(node, set())
+        for s in seen - now:
+            self.unlisted[s] = self.unlisted.get(s, 0) + 1
+            if self.unlisted[s] >= GONE_BEATS:
+                self.exited[s] = True
+        for s in now:
+            if self.unlisted.pop(s, 0) >= GONE_BEATS:
+                self.exited[s] = False  # listed again: a process writes for it
+        seen |= now
+
     def apply_progress(self, hb: dict, now_ns: int) -> None:
         """A heartbeat sent at `now_ns` (its event time): counters that moved are progress."""
         node = hb["node"]
@@ -522,6 +542,7 @@ class CommState:
             self.p2p_only = False
         if not self.size and any(r.get("p2p") for r in entries):
             self._ranks_in_order()
+        self._listed(node, slots)
         moved = []
         for s, r in zip(slots, entries):
             self.node_of[r["rank"]] = node

@@ -36,7 +36,7 @@ from typing import Callable
 
 import numpy as np
 
-from commwatch import topics
+from commwatch import topics, wire
 from commwatch.capture import Message
 from commwatch.decode import CallBatch, decode_message, message_job
 from commwatch.settings import Settings
@@ -182,6 +182,8 @@ class Detector:
         self.stats["records"] += records
         out: list[dict] = []
         for job, (ms, ds, at) in by_job.items():
+            if job in self.job_stage.jobs and any(self._restarted(job, d) for d in ds):
+                self._forget(job)
             own = [a if a < m.ts_ns else m.ts_ns for m, a in zip(ms, at)]
             newest = max(own)
             top = self._clock_top(self.comm_clocks, job, newest, ref_ns)
@@ -213,6 +215,34 @@ class Detector:
             return newest if newest < cap else cap
         return newest
 
+    def _restarted(self, job: str, decoded) -> bool:
+        """A job that ended because every rank's process exited (or left its comms) runs again
+        under the same id (an elastic restart, a job id reused): a communicator is initialised
+        anew (COMM_INIT), or a heartbeat lists a live rank whose counter went back below what
+        it had reached (a rank's placement, `job_feed`, says so too). Its old state is
+        forgotten, or the new run would be read against the old one's counters, and ignored
+        as ended."""
+        js = self.job_stage.jobs.get(job)
+        if js is None or js.ended_reason != "job_ended":
+            return False
+        if type(decoded) is CallBatch:
+            return bool((decoded.records["kind"] == wire.KIND_COMM_INIT).any())
+        st = self.comm_stage.comms.get((job, int(decoded["comm"], 16))) if "comm" in decoded else None
+        if st is None or "ranks" not in decoded:
+            return False
+        for r in decoded["ranks"]:
+            s = st._slot.get(r.get("rank"))
+            if not r.get("exited") and s is not None and r.get("started", -1) < st.started[s]:
+                return True
+        return False
+
+    def _forget(self, job: str) -> None:
+        self.job_stage.jobs.pop(job, None)
+        self.comm_stage.forget_job(job)
+        self.job_clocks.forget(job)
+        self.comm_clocks.forget(job)
+        self._idle_until = 0
+
     def _feed_many(self, ms: list, ds: list, stamps: list[int], now: int) -> list[dict]:
         return self.comm_stage.feed_many(ms, ds, now, stamps)
 
@@ -237,6 +267,8 @@ class Detector:
         without grouping a poll by job)."""
         self.stats["messages"] += 1
         self.stats["records"] += batch.count
+        if batch.job in self.job_stage.jobs and self._restarted(batch.job, batch):
+            self._forget(batch.job)
         moved = self.comm_stage.learn_one(msg, batch, ref_ns)
         own = moved if moved < msg.ts_ns else msg.ts_ns
         top = self._clock_top(self.comm_clocks, batch.job, own, ref_ns)
@@ -295,6 +327,9 @@ class Detector:
         self.stats["messages"] += 1
         self._idle_until = 0
         job = decoded.get("job") or message_job(msg)
+        if msg.topic == topics.TOPOLOGY and job in self.job_stage.jobs and self.job_stage.jobs[job].ended_reason == (
+                "job_ended"):
+            self._forget(job)  # a process of a new run announces its placement: the job runs again
         stamp = msg.ts_ns + min(0, self.comm_stage.skew_of(job, decoded))
         self.job_clocks.observe(job, min(stamp, self._clock_top(self.job_clocks, job, stamp, ref_ns)), ref_ns)
         now = self.job_clocks.now(job, ref_ns)

@@ -267,18 +267,30 @@ class JobStage:
             out.update(c["exited"])
         return out
 
+    @staticmethod
+    def _left_all(js: JobState) -> set[int]:
+        """Ranks that left every communicator they were in (COMM_DESTROY: a clean shutdown)."""
+        left: dict[int, bool] = {}
+        for comm, members in js.members.items():
+            gone = set(js.comms.get(comm, {}).get("left", ()))
+            for r in members:
+                left[r] = left.get(r, True) and r in gone
+        return {r for r, v in left.items() if v}
+
     def _ended(self, js: JobState, now_ns: int, out: list) -> bool:
         reason = ""
         ranks = self._ranks(js)
         exited = self._exited(js)
-        if ranks and exited >= ranks:
+        left = self._left_all(js)
+        if ranks and exited | left >= ranks:
             reason = "job_ended"
         elif now_ns - js.last_msg_ns >= self._silent_ns():
             reason = "no_data"
         if not reason:
             return False
         js.ended_ns, js.ended_reason = now_ns, reason
-        why = ("every rank's process exited" if reason == "job_ended"
+        why = ("every rank's process exited" if reason == "job_ended" and exited >= ranks
+               else "every rank exited or left all its communicators (COMM_DESTROY)" if reason == "job_ended"
                else f"no message from the job for {(now_ns - js.last_msg_ns) / 1e9:.0f} s")
         out.extend(js.book.resolve_all(now_ns, reason, why))
         js.waits.clear()
@@ -586,15 +598,16 @@ class JobStage:
             where = (("its" if len(ranks) == 1 else "their") + " iteration phases") if ev.get("signal") == "phases" \
                 else "computing between calls"
             nodes = self.nodes_of(js, ranks)
+            pct = max(0.0, ev["slowdown"]) * 100  # a resolving incident's figure may dip under its peers'
             if len(ranks) == 1:
-                who = f"rank {ranks[0]} is {ev['slowdown'] * 100:.0f}% slower than the ranks doing the same work"
+                who = f"rank {ranks[0]} is {pct:.0f}% slower than the ranks doing the same work"
             else:
                 who = (f"ranks {_span(ranks)} ({', '.join(nodes[:4])}{'...' if len(nodes) > 4 else ''}) are "
-                       f"~{ev['slowdown'] * 100:.0f}% slower than the ranks doing the same work elsewhere")
+                       f"~{pct:.0f}% slower than the ranks doing the same work elsewhere")
             out.extend(js.book.assert_(
                 key, now_ns, kind="slow_rank", severity=sev, culprit_ranks=ranks, culprit_nodes=nodes,
                 comm=ev.get("comm", ""), quiet_ns=int(3 * self.median_step_ns(js)),
-                summary=f"{who} ({where}); the job loses ~{impact * 100:.0f}% of its time waiting on "
+                summary=f"{who} ({where}); the job loses ~{max(0.0, impact) * 100:.0f}% of its time waiting on "
                         f"{'it' if len(ranks) == 1 else 'them'}",
                 evidence=ev, id_hint=f"{ranks[0]}-{now_ns}"))
         named = self._slow_open(js)

@@ -68,20 +68,21 @@ class HandJob:
         self.now = max(self.now, ts + MS)
         self.send(Message(topics.CALLS, topics.comm_key(self.job, comm), self.now, wire.encode_batch(recs)))
 
-    def heartbeats(self, until: int, period: int = S, silent_nodes: tuple = ()) -> None:
-        """Every node sends a heartbeat per comm each period until `until`."""
+    def heartbeats(self, until: int, period: int = S, silent_nodes: tuple = (), gone: tuple = ()) -> None:
+        """Every node sends a heartbeat per comm each period until `until` (`gone`: ranks its
+        agent no longer lists)."""
         t = self.now + period
         while t <= until:
-            self.beat(t, silent_nodes)
+            self.beat(t, silent_nodes, gone)
             self.now = t
             t += period
 
-    def beat(self, t: int, silent_nodes: tuple = ()) -> None:
+    def beat(self, t: int, silent_nodes: tuple = (), gone: tuple = ()) -> None:
         """One heartbeat per node and comm at `t`."""
         for comm, ranks in self.comms.items():
             by_node: dict[str, list] = {}
             for r in ranks:
-                if self.nodes[r] in silent_nodes:
+                if self.nodes[r] in silent_nodes or r in gone:
                     continue
                 s, c, ts_, te = self.state[(comm, r)]
                 by_node.setdefault(self.nodes[r], []).append(

@@ -158,3 +158,128 @@ def test_a_rank_blocked_in_a_call_whose_wait_is_not_reported_yet_is_not_named(se
         named += stage2.tick(lambda job: msg.ts_ns)
     hangs = [i for i in named if i["kind"] == "hang"]
     assert hangs and all(i["culprit_ranks"] == [2] for i in hangs)
+
+
+def test_a_rank_whose_completions_stop_while_it_runs_is_not_hung(settings):
+    """Rank 4's completion path stops (its probe never again sees a call complete) while its GPU
+    runs on: it enters every later call on the device, and its peers complete their sides of
+    them (a collective completes on every member or on none; a recv completes only once its
+    send did). Its own open calls are nobody's wait: no hang while the job progresses (a P2
+    `hw_fault` says so once it lasts). Found by a generator written apart from the detector."""
+    import numpy as np
+
+    from commwatch import topics, wire
+    from commwatch.capture import Message
+
+    PP = 0xC3
+    j = HandJob(settings, {TP: [0, 1, 2, 3], DP: [3, 4], PP: [3, 4]}, NODES)
+
+    def rec(comm, rank, cr, op, peer, seq, t, done, nranks=2):
+        r = wire.empty(1)
+        r["kind"], r["op"], r["comm"], r["rank"], r["comm_rank"] = wire.KIND_CALL, op, comm, rank, cr
+        r["peer"], r["seq"], r["nranks"], r["t_start_ns"] = peer, seq, nranks, t
+        r["flags"] = wire.FLAG_GPU_TIMED | (wire.FLAG_COMPLETED if done else 0)
+        r["t_end_ns"] = t + 2 * MS if done else 0
+        return r
+
+    for k in range(30):
+        t = j.now + S
+        j.collective(TP, k, {r: t for r in range(4)}, t + 2 * MS)
+        ok = k < 5  # rank 4's completions are seen for the first five iterations only
+        for comm, op, peer in ((DP, wire.OP_ALLREDUCE, -1), (PP, wire.OP_SEND, 1)):
+            mine = rec(comm, 3, 0, op, peer, k, t + 3 * MS, True)
+            j.send(Message(topics.CALLS, topics.comm_key("j1", comm), t + 6 * MS, wire.encode_batch(mine)))
+        for comm, op, peer in ((DP, wire.OP_ALLREDUCE, -1), (PP, wire.OP_RECV, 0)):
+            his = rec(comm, 4, 1, op, peer, k, t + 3 * MS, ok)
+            j.send(Message(topics.CALLS, topics.comm_key("j1", comm), t + 6 * MS, wire.encode_batch(his)))
+            j.state[(comm, 4)][0] = k
+            if ok:
+                j.state[(comm, 4)][1] = k
+        j.state[(DP, 3)][:2] = [k, k]
+        j.state[(PP, 3)][:2] = [k, k]
+        j.now = t + 10 * MS
+        j.beat(j.now)
+    assert [(i["kind"], i["severity"]) for i in j.opened() if i["severity"] in ("P0", "P1")] == []
+
+
+def test_a_rank_its_agent_stops_listing_died_and_is_the_root(settings):
+    """An agent that does not say `exited` still stops listing a rank whose process died in the
+    heartbeats it sends for the comm (wire spec 2.2). Rank 4 dies inside DP #8, which every
+    member entered: none completes it, yet it is no transport hang: one P0 hang naming rank 4.
+    Found by a generator written apart from the detector."""
+    j = HandJob(settings, {TP: [0, 1, 2, 3], DP: [3, 4, 5]}, NODES)
+    steps(j, 8)
+    t = j.now + S
+    j.collective(TP, 8, {0: t, 1: t, 2: t, 3: t}, t + 2 * MS)
+    j.collective(DP, 8, {3: t + 3 * MS, 4: t + 3 * MS, 5: t + 3 * MS}, None)
+    j.heartbeats(t + 12 * S, gone=(4,))
+    opened = j.opened()
+    assert [(i["kind"], i["severity"], i["culprit_ranks"]) for i in opened] == [("hang", "P0", [4])], opened
+    assert opened[0]["evidence"]["roots"][0]["reason"] == "exited"
+
+
+def test_a_job_whose_ranks_all_left_their_comms_ends_and_its_incidents_resolve(settings):
+    """A clean shutdown says so through COMM_DESTROY records alone (an agent that sends no
+    `exited`): once every rank has left every comm it was in, the job has ended and its open
+    incidents resolve, nothing repeating after."""
+    import numpy as np
+
+    from commwatch import topics, wire
+    from commwatch.capture import Message
+
+    j = _job(settings)
+    steps(j, 8)
+    t = j.now + S
+    j.collective(TP, 8, {0: t, 2: t, 3: t}, None)  # rank 1 never enters: a hang
+    j.heartbeats(t + 8 * S)
+    (inc,) = j.opened()
+    assert inc["kind"] == "hang"
+    for comm, ranks in j.comms.items():
+        recs = wire.empty(len(ranks))
+        recs["kind"], recs["comm"], recs["rank"] = wire.KIND_COMM_DESTROY, comm, ranks
+        recs["comm_rank"], recs["nranks"], recs["t_start_ns"] = np.arange(len(ranks)), len(ranks), j.now
+        j.send(Message(topics.CALLS, topics.comm_key(j.job, comm), j.now + MS, wire.encode_batch(recs)))
+    j.heartbeats(j.now + 3 * S)
+    resolved = [i for i in j.incidents if i["status"] == "resolved"]
+    assert [(i["incident"], i["evidence"]["resolved_reason"]) for i in resolved] == [(inc["incident"], "job_ended")]
+    n = len(j.incidents)
+    j.heartbeats(j.now + 30 * S)
+    assert len(j.incidents) == n
+
+
+def test_a_job_id_run_again_after_its_job_ended_is_watched_afresh(settings):
+    """Every rank of run 1 exits (its agents say so): the job ends. Run 2 starts under the same
+    job id (an elastic restart, or the id left to its default): its communicators are
+    initialised again and their counters start over. It is a new job, not the ended one's
+    late data: its hang is named (seen with real torchrun jobs: run 2 went unwatched)."""
+    import json
+
+    import numpy as np
+
+    from commwatch import topics, wire
+    from commwatch.capture import Message
+
+    j = _job(settings)
+    steps(j, 8)
+    for t in [j.now + k * S for k in range(1, 5)]:  # every process of run 1 exited
+        for comm, ranks in j.comms.items():
+            for node in sorted({j.nodes[r] for r in ranks}):
+                rs = [{"rank": r, "started": 7, "completed": 7, "exited": True} for r in ranks if j.nodes[r] == node]
+                hb = {"v": 1, "job": j.job, "node": node, "ts_ns": t, "comm": f"{comm:016x}", "ranks": rs}
+                j.send(Message(topics.PROGRESS, topics.comm_key(j.job, comm), t, json.dumps(hb).encode()))
+        j.now = t
+    assert j.det.health("j1")["state"] == "ended"
+    j.now += 10 * S
+    for comm, ranks in j.comms.items():  # run 2: the same communicators, initialised again
+        recs = wire.empty(len(ranks))
+        recs["kind"], recs["comm"], recs["rank"] = wire.KIND_COMM_INIT, comm, ranks
+        recs["comm_rank"], recs["nranks"], recs["t_start_ns"] = np.arange(len(ranks)), len(ranks), j.now
+        j.send(Message(topics.CALLS, topics.comm_key(j.job, comm), j.now, wire.encode_batch(recs)))
+        for r in ranks:
+            j.state[(comm, r)] = [-1, -1, 0, 0]
+    steps(j, 6)
+    t = j.now + S
+    j.collective(TP, 6, {0: t, 2: t, 3: t}, None)  # rank 1 never enters TP #6
+    j.heartbeats(t + 12 * S)
+    hangs = j.opened("hang")
+    assert [(i["culprit_ranks"], i["severity"]) for i in hangs] == [([1], "P0")]
