@@ -30,6 +30,9 @@ def nanmedian(a: np.ndarray, axis: int) -> np.ndarray:
 
 
 EXACT_OTHERS = 8  # groups up to this size compare a member with the median of the others exactly
+# the expected range of k draws of a normal distribution, in standard deviations (k = 2 .. 8; the
+# first two entries stand for k < 2): a range over a few windows read as a spread
+RANGE_SIGMAS = np.array([1.0, 1.0, 1.128, 1.693, 2.059, 2.326, 2.534, 2.704, 2.847])
 
 
 def others_median(a: np.ndarray) -> np.ndarray:

@@ -36,6 +36,9 @@ SLOW_MIN_NS = 2_000_000_000
 MIN_STREAK = 2  # new windows in a row, each slow on its own
 FAST_RATIO = 1.5
 PH_MIN = 4
+NOISY = 0.1  # a spread over this: no single window decides, and the sustained rule waits longer ...
+NOISY_EXTRA = 1  # ... by this many windows, and as many more `SLOW_MIN_NS`
+NOISE_K = 2.5  # a window's ratio must stand this many of its comm's healthy spreads above 1 (`noise`)
 
 
 class RankModel:
@@ -51,6 +54,8 @@ class RankModel:
         self.ph = None
         self.seen = 0
         self.due = 0
+        self.need = max(slow_windows, MIN_STREAK)
+        self.min_ns = SLOW_MIN_NS
 
     def threshold(self) -> float:
         return 1.0 + self.impact
@@ -60,13 +65,13 @@ class RankModel:
         """`_update` (below); keeps `due`: when time alone would conclude the sustained rule
         (hot over enough windows, `SLOW_MIN_NS` not yet passed), else 0."""
         v = self._update(ratio, stamp, now_ns, held, short, **kw)
-        self.due = (self.hot_since + SLOW_MIN_NS if v is None and not held and self.hot_since
-                    and self.streak >= max(self.windows, MIN_STREAK) else 0)
+        self.due = (self.hot_since + self.min_ns if v is None and not held and self.hot_since
+                    and self.streak >= self.need else 0)
         return v
 
     def _update(self, ratio: float, stamp: int, now_ns: int, held: bool = False, short: float | None = None,
                start: int | None = None, steady: bool = False, conclusive: bool = False, pause: bool = False,
-               tail: tuple[float, int] | None = None) -> int | None:
+               tail: tuple[float, int] | None = None, noise: float | None = 0.0) -> int | None:
         """`ratio` over the horizon (steady); `short` over each comm's latest window alone
         (fast but noisy). A slowdown is hot in both; the streak counts new windows in a row
         that are hot alone (a pause lasts one or two of them, however long the horizon
@@ -80,7 +85,13 @@ class RankModel:
         `tail`: (ratio, since) where the window ends in a run of instances the rank was slow
         in, after ones it was not (`windows._tail`): a slowdown that began inside it. At
         >= `FAST_RATIO` it decides at once, since then, however little of the horizon (and
-        of the window) it fills yet."""
+        of the window) it fills yet. `noise`: how far healthy members' window ratios stray
+        from 1 in this comm (`slow.SlowTracker.noise`): a window counts as hot only `NOISE_K`
+        spreads above 1 (half that over the horizon, which pools a few windows), and as far
+        slower only that far above `FAST_RATIO` too; the threshold where the spread is small.
+        Where the spread is over `NOISY`, or not known yet (None), no single window decides
+        (`tail`, `steady`, `conclusive`): a run of slow instances there may be chance; over
+        `NOISY`, the sustained rule needs `NOISY_EXTRA` more windows and seconds."""
         short = ratio if short is None else short
         new = stamp != self.last_stamp
         self.last_stamp = stamp
@@ -89,9 +100,17 @@ class RankModel:
             self.seen += 1
             drift = self._drift(short)
         thr = self.threshold()
+        noisy = noise is not None and noise > NOISY
+        alone = noise is not None and not noisy  # one window decides only where its spread is known and small
+        noise = noise or 0.0
+        thr_short = max(thr, 1.0 + NOISE_K * noise)
+        thr_long = max(thr, 1.0 + NOISE_K * noise / 2)
+        fast = max(FAST_RATIO, thr_short)
+        self.need = max(self.windows, MIN_STREAK) + (NOISY_EXTRA if noisy else 0)  # noisy: one more window ...
+        self.min_ns = SLOW_MIN_NS * (NOISY_EXTRA + 1 if noisy else 1)  # ... and longer
         if new and pause and not held:
             return None
-        if new and tail is not None and tail[0] >= FAST_RATIO and not held:
+        if new and alone and tail is not None and tail[0] >= fast and not held:
             self.hot_since, self.streak, self.fast = tail[1], 1, 1
             return self.hot_since
         if held:
@@ -99,18 +118,18 @@ class RankModel:
                 return self.hot_since or stamp or now_ns
             self.hot_since = self.streak = self.fast = 0
             return None
-        if ratio < thr or (new and short < thr):
-            if new or ratio < thr:
+        if ratio < thr_long or (new and short < thr_short):
+            if new or ratio < thr_long:
                 self.hot_since = self.streak = self.fast = 0
             return None
         if not self.hot_since:
             self.hot_since = start or stamp or now_ns
         if new:
             self.streak += 1
-            self.fast = self.fast + 1 if short >= FAST_RATIO else 0
-        sustained = self.streak >= max(self.windows, MIN_STREAK) and now_ns - self.hot_since >= SLOW_MIN_NS
-        if sustained or self.fast >= 2 or (drift and self.streak >= 2) or (new and steady and self.fast >= 1) or (
-                new and conclusive):
+            self.fast = self.fast + 1 if short >= fast else 0
+        sustained = self.streak >= self.need and now_ns - self.hot_since >= self.min_ns
+        drifted = drift and self.streak >= (self.need if noisy else 2)
+        if sustained or self.fast >= 2 or drifted or (new and alone and (steady and self.fast >= 1 or conclusive)):
             return self.hot_since
         return None
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from commwatch.streams.detect.medians import RANGE_SIGMAS
 from commwatch.streams.detect.medians import nanmedian as _nanmedian
 from commwatch.streams.detect.medians import others_median as _others_median
 from commwatch.streams.detect.rank_model import FAST_RATIO, RankModel
@@ -65,6 +66,8 @@ LINK_GRACE = 3
 P2P_LINK_MIN_MS = 0.2  # a P2P transfer (one message, both ends' own clocks) is a cleaner figure than a collective's
 MAX_LINK_CHANNELS = 4096  # P2P channels whose transfers are followed, per comm
 LEARN = 0.1
+NOISE_MIN = 2  # members whose ratios' moves are known (`SlowTracker.noise`) before a size's spread is known
+NOISE_MEMBERS = 8  # comms of one stage and size, pooled: their ratios' own spread counts too
 
 
 @dataclass
@@ -133,6 +136,36 @@ class CommTiming:
         tot, cnt = np.nansum(sums, axis=0), np.where(np.isnan(sums), 0, counts).sum(axis=0)
         with np.errstate(all="ignore"):
             return np.where((cnt > 0) & (tot > 0), tot / cnt, np.nan)
+
+    def ratios(self) -> np.ndarray:
+        """Every member's mean gap over the others' median in each kept window (windows x
+        members; nan where unknown; empty for pipelines, judged per class)."""
+        def ratios(_: bool) -> np.ndarray:
+            if self.p2p or not self.busy or len(self.ranks) < 2:
+                return np.zeros((0, len(self.ranks)))
+            sums = np.stack([w[1] for w in self.busy])
+            counts = np.stack([w[2] for w in self.busy])
+            with np.errstate(all="ignore"):
+                mean = sums / counts
+                return mean / _others_median(mean.T).T
+        return self._memo("ratios", False, ratios)
+
+    def ratio_moves(self) -> np.ndarray:
+        """Per member with at least two kept windows, how widely its window ratio (`ratios`)
+        moves: its range over them, scaled to a standard deviation (divided by the expected
+        range of that many normal draws). Moves, not levels: a member that stands apart in
+        every window (a slow rank, or one doing other work than its peers) moves little; one
+        whose ratio swings from window to window moves much."""
+        def moves(_: bool) -> np.ndarray:
+            ratio = self.ratios()
+            if len(ratio) < 2:
+                return np.zeros(0)
+            ok = np.isfinite(ratio)
+            k = ok.sum(axis=0)
+            rng = np.where(ok, ratio, -np.inf).max(axis=0) - np.where(ok, ratio, np.inf).min(axis=0)
+            use = k >= 2
+            return rng[use] / RANGE_SIGMAS[np.minimum(k[use], len(RANGE_SIGMAS) - 1)]
+        return self._memo("ratio_moves", False, moves)
 
     def share_of(self) -> np.ndarray:
         return self.busy[-1][3] if self.busy else np.zeros(len(self.ranks))
@@ -394,6 +427,50 @@ class SlowTracker:
                 groups[r] = members
         return groups
 
+    def noise(self, coords: dict[int, dict]) -> dict[int, float]:
+        """Per comm size, how far a healthy member's window ratio strays from 1 in this job,
+        pooled over the job's comms of that size (the tensor-parallel groups together, the
+        data-parallel ones together: a comm of two members says little alone). Where a
+        rank's compute is all its gaps hold, a window's mean over many instances strays by a
+        few percent; where they hold more (collectives that overlap compute: DDP's buckets,
+        FSDP's prefetched all-gathers), are a few milliseconds long, or ranks' steps vary
+        (uneven batches), by tens of percent, with no rank slower than another. Spreads, the
+        larger of:
+        - how widely each member's ratio moves over the kept windows (`CommTiming.
+          ratio_moves`; the median over members): a slow rank, or one doing other work than
+          its peers, stands apart in every window and moves little;
+        - the ratios themselves around their median (1.4826 x the median absolute
+          deviation), over comms whose members all do the
+          same work (one pipeline stage, by coordinates) and at least `NOISE_MEMBERS` members
+          in all (one slow rank, or a pair, is then a small share): known from the first
+          window, and not blind to a rank's step spanning two windows.
+        A size with fewer than `NOISE_MIN` members' moves is absent: its spread is not known yet."""
+        moves: dict[int, list[np.ndarray]] = {}
+        levels: dict[int, list[np.ndarray]] = {}
+        members: dict[int, int] = {}
+        for ct in self.comms.values():
+            n = len(ct.ranks)
+            d = ct.ratio_moves()
+            if len(d):
+                moves.setdefault(n, []).append(d)
+            stages = {coords[r].get("pp", 0) if r in coords else None for r in ct.ranks}
+            if len(stages) == 1 and None not in stages:
+                r = ct.ratios()
+                if r.size:
+                    levels.setdefault(n, []).append(r[np.isfinite(r)])
+                    members[n] = members.get(n, 0) + n
+        out = {}
+        for n, parts in moves.items():
+            d = np.concatenate(parts)
+            if len(d) < NOISE_MIN:
+                continue
+            out[n] = float(np.median(d))
+            if members.get(n, 0) >= NOISE_MEMBERS:
+                r = np.concatenate(levels[n])
+                if len(r) >= 6:
+                    out[n] = max(out[n], float(1.4826 * np.median(np.abs(r - np.median(r)))))
+        return out
+
     def evaluate(self, now_ns: int, coords: dict[int, dict], world: int, open_ranks: set[int],
                  in_use: dict[str, list[int]] | None = None, stale: set[str] = frozenset()) -> dict[int, dict]:
         """Slow ranks now: rank -> evidence (`ratio`, `impact`, `onset_ns`, `comm`, busy gaps)."""
@@ -437,6 +514,7 @@ class SlowTracker:
         finest.update({r: (c, v) for r, (c, v, _) in grouped.items()})
         self.ratio = {r: v[0] for r, (_, v) in finest.items()}
         out = {}
+        noise = self.noise(coords)
         for r, (c, (ratio, mine, ref, ps)) in finest.items():
             m = self.models.get(r)
             if m is None:
@@ -447,7 +525,8 @@ class SlowTracker:
             verdict = m.update(ratio, stamp, now_ns, held=r in open_ranks, short=s[0] if s else ratio,
                                start=stamp - int(ct.interval_ns), steady=ct.steady.get(r, 0.0) >= STEADY_SHARE,
                                pause=r not in grouped and self._pause(ct, r, s[0] if s else ratio),
-                               tail=None if r in grouped else self._tail(ct, r))
+                               tail=None if r in grouped else self._tail(ct, r),
+                               noise=0.0 if r in grouped else noise.get(len(ct.ranks)))
             if verdict is None:
                 continue
             out[r] = {"ratio": round(ratio, 3), "slowdown": round(ratio - 1.0, 3), "comm": c,
@@ -530,7 +609,7 @@ class SlowTracker:
             if ct.p2p or len(ct.ranks) < 2 or any(finest.get(r, ("",))[0] != c or r not in res for r in ct.ranks):
                 continue
             at = {stage_of.get(r) for r in ct.ranks}
-            typical = _nanmedian(ct.typical_of(), 0)
+            typical = _nanmedian(ct.busy_of(), 0)
             if len(at) == 1 and None not in at and np.isfinite(typical) and typical > 0:
                 whole[c] = float(typical)
                 siblings.setdefault((len(ct.ranks), at.pop()), []).append(c)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import statistics
 from collections import deque
 
+from commwatch.streams.detect.medians import RANGE_SIGMAS
 from commwatch.streams.detect.rank_model import RankModel
 
 KEEP_ITERATIONS = 8
@@ -55,6 +56,7 @@ class StepTracker:
         self.base_s = 0.0
         self.verdicts: dict[int, dict] = {}
         self.fresh = False
+        self.spread: deque = deque(maxlen=KEEP_ITERATIONS)  # per judged iteration, (rank, phase) -> its ratio
 
     def add(self, msg: dict) -> None:
         it, rank = msg["iteration"], msg["rank"]
@@ -106,6 +108,22 @@ class StepTracker:
             self.judged = it
         return self.verdicts
 
+    def noise(self) -> float | None:
+        """How far a healthy rank's phase ratio strays from 1 in this job, iteration to
+        iteration (uneven batches, jitter): per rank and phase, the range of its ratios over
+        the kept iterations scaled to a standard deviation (`RANGE_SIGMAS`), the median
+        over them. A rank that stands apart in every iteration (slow from the start) moves
+        little. None under two of them (not known yet)."""
+        per: dict[tuple[int, str], list[float]] = {}
+        for it in self.spread:
+            for key, v in it.items():
+                per.setdefault(key, []).append(v)
+        moves = [(max(vs) - min(vs)) / RANGE_SIGMAS[min(len(vs), len(RANGE_SIGMAS) - 1)]
+                 for vs in per.values() if len(vs) >= 2]
+        if len(moves) < 2:
+            return None
+        return float(statistics.median(moves))
+
     @staticmethod
     def _conclusive(stretched: list[float], grouped: bool) -> bool:
         """One iteration decides: a slower device stretches every phase by one factor, a pause
@@ -140,6 +158,7 @@ class StepTracker:
         stretched: dict[int, list[float]] = {}  # per rank, its ratio in each phase (>= ALIKE_MIN_SHARE)
         groups_of: dict[int, tuple] = {}  # ranks of a tensor-parallel group slow as a whole
         waiting: set[int] = set()  # ranks whose slower phase is a wait on their group's slow member
+        spread: dict[tuple[int, str], float] = {}
         for phase in PHASES:
             vals = {r: p[phase] for r, (_, p, _) in got.items() if p and p.get(phase, 0) > 0}
             if len(vals) < 2:
@@ -156,6 +175,8 @@ class StepTracker:
                     continue  # a rank of the stage has not reported this iteration: who stands out is not known
                 ratios = {}
                 for r, ref in zip(members, _medians_of_others([vals[q] for q in members])):
+                    if ref > 0 and ref >= PHASE_MIN_SHARE * got[r][0] * 1e3:
+                        spread[(r, phase)] = vals[r] / ref
                     if ref > 0 and ref >= ALIKE_MIN_SHARE * got[r][0] * 1e3:
                         stretched.setdefault(r, []).append(vals[r] / ref)
                     if ref > 0 and ref >= PHASE_MIN_SHARE * got[r][0] * 1e3:
@@ -196,6 +217,9 @@ class StepTracker:
                     if ratio > self.ratio.get(r, 0.0):
                         self.ratio[r] = ratio
                         verdicts.setdefault(r, {})["_best"] = (ratio, ref, phase)
+        if spread:
+            self.spread.append(spread)
+        noise = self.noise()
         for r in waiting - set(self.ratio):
             if r in self.models:  # a streak does not carry over an iteration spent waiting
                 self.models[r].idle()
@@ -205,7 +229,7 @@ class StepTracker:
             if m is None:
                 m = self.models[r] = RankModel(self.model_kind, self.slow_impact, self.slow_windows)
             onset = m.update(ratio, self.last_end_ns, self.last_end_ns, held=r in open_ranks,
-                             conclusive=self._conclusive(stretched.get(r, ()), r in groups_of))
+                             conclusive=self._conclusive(stretched.get(r, ()), r in groups_of), noise=noise)
             if onset is None or len(self.durations) <= WARMUP:  # the first iterations seen (a job resumed
                 # from a checkpoint starts at its iteration, and warms up all the same)
                 continue
