@@ -57,7 +57,8 @@ WAIT_REPORT_NS = 1_000_000_000  # a blocked instance is reported once waited in 
 P2P_WINDOW_NS = 1_000_000_000
 P2P_LAG_NS = 500_000_000
 QUIET_NS = 1_000_000_000  # a member without progress this long is listed as quiet
-STUCK_NS = 5_000_000_000  # a completion counter stopped this long behind its peers is stuck
+STUCK_NS = 5_000_000_000  # a completion counter stopped this long behind its peers is stuck ...
+STUCK_BEHIND_NS = 2_000_000_000  # ... once behind them this long (two heartbeats: not a report a moment late)
 
 
 def _lag_key(d) -> tuple | None:
@@ -357,6 +358,9 @@ class CommStage:
         quiet = np.flatnonzero(now_ns - since >= QUIET_NS)
         stuck = np.flatnonzero(st.ever_done & (st.completed < st.d_max) & ~st.exited
                                & (now_ns - st.done_adv_ns >= STUCK_NS) & (st.done_adv_ns < st.d_adv_ns))
+        # and behind its peers for a while (in a job whose completions come 30 s apart, a node
+        # whose report of the latest one is a moment late is not stuck)
+        stuck = [i for i in stuck.tolist() if now_ns - (st.behind_ns[i] or st.d_adv_ns) >= STUCK_BEHIND_NS]
         return {
             "type": "comm", "job": st.job, "ts_ns": int(now_ns), "comm": st.hex,
             "members": ranks.tolist(), "nodes": st.nodes(), "size": int(st.size), "unknown": st.unknown(),
@@ -366,7 +370,7 @@ class CommStage:
             "done": bool(st.d_max >= 0 or any(c[1] >= 0 for c in st.p2p.values())),
             "gap_p99_ns": int(p99), "last_ns": int(st.adv_ns.max()) if st.n else 0, "seen_ns": int(st.last_seen_ns),
             "quiet": [[int(ranks[i]), int(since[i])] for i in quiet.tolist()],
-            "stuck": [[int(ranks[i]), int(st.completed[i]), int(st.done_adv_ns[i])] for i in stuck.tolist()],
+            "stuck": [[int(ranks[i]), int(st.completed[i]), int(st.done_adv_ns[i])] for i in stuck],
             "exited": ranks[st.exited].tolist(), "left": ranks[st.left].tolist(),
         }
 

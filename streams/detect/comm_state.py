@@ -98,6 +98,7 @@ class CommState:
         self.ever_done = np.zeros(0, bool)
         self.adv_ns = np.zeros(0, np.int64)
         self.done_adv_ns = np.zeros(0, np.int64)
+        self.behind_ns = np.zeros(0, np.int64)  # since when a member's completions are behind d_max (0: not)
         self.exited = np.zeros(0, bool)
         self.left = np.zeros(0, bool)
         self.listed: dict[str, set[int]] = {}  # node -> slots its heartbeats for this comm have listed
@@ -154,7 +155,7 @@ class CommState:
             return np.concatenate([a, np.full(add, fill, a.dtype)])
 
         for name, fill in (("rank_of", -1), ("crank", -1), ("started", -1), ("completed", -1),
-                           ("ever_done", False), ("adv_ns", 0), ("done_adv_ns", 0), ("exited", False),
+                           ("ever_done", False), ("adv_ns", 0), ("done_adv_ns", 0), ("behind_ns", 0), ("exited", False),
                            ("left", False), ("offsets", 0.0)):
             setattr(self, name, ext(getattr(self, name), fill))
         self.st = np.concatenate([self.st, np.zeros((self.rows, add), np.int64)], axis=1)
@@ -275,7 +276,9 @@ class CommState:
         if d > self.d_max:
             self.d_max = d
             self.d_adv_ns = max(self.d_adv_ns, done_at)
+            self.behind_ns[(self.behind_ns == 0) & (self.completed < d)] = self.d_adv_ns
             self.open_since = 0
+        self.behind_ns[self.completed >= self.d_max] = 0
         if self.open_since == 0 and int(self.started.max()) > self.d_max:
             self.open_since = max(entered_at, self.d_adv_ns)
 

@@ -401,8 +401,10 @@ class JobStage:
         left: set[int] = set()
         for c in js.comms.values():
             left.update(c["left"])
-        # a rank silent for the threshold is hung once others have waited on it that long too
-        an = waits.analyse(current, now_ns, thr, exited | set(stuck) | left)
+        # a rank silent for the threshold is hung once others wait on it inside a call (for the
+        # floor: the threshold measures the rank's own silence against its cadence; peers reach
+        # the call it never entered only at their own pace, within that cadence)
+        an = waits.analyse(current, now_ns, min(thr, self.settings.hang_floor_s * 1e9), exited | set(stuck) | left)
         js.analysis = an
         # comms with a call entered and not completed whose wait is not reported yet (it is,
         # once waited in for a second): a member silent there may be inside that call

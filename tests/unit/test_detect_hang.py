@@ -283,3 +283,37 @@ def test_a_job_id_run_again_after_its_job_ended_is_watched_afresh(settings):
     j.heartbeats(t + 12 * S)
     hangs = j.opened("hang")
     assert [(i["culprit_ranks"], i["severity"]) for i in hangs] == [([1], "P0")]
+
+
+LONG = 0xD4
+LONG_NODES = {0: "n0", 1: "n0", 2: "n1", 3: "n1"}
+
+
+def _long_steps(j, n: int, step: int, hung: int | None = None) -> None:
+    """`n` iterations of a data-parallel job whose ranks compute `step` and then all-reduce
+    their gradients; `hung` stops after its last completion (the others enter and wait)."""
+    for _ in range(n):
+        seq = j.state[(LONG, 0)][0] + 1
+        j.heartbeats(j.now + step)
+        t = j.now + 10 * MS
+        if hung is not None:
+            j.collective(LONG, seq, {r: t for r in range(4) if r != hung}, None)
+            j.heartbeats(j.now + 100 * S)
+            return
+        j.collective(LONG, seq, {r: t for r in range(4)}, t + 20 * MS)
+
+
+def test_a_hang_in_a_long_step_job_is_named_by_its_roots_silence_against_its_cadence(settings):
+    """Ranks normally go 20 s without progress: the threshold is 3 x that. A rank that stops is
+    named when its own silence passes it; its peers reach the call it never enters 20 s after
+    its last progress and do not need to wait the threshold on top of that (they did: named
+    81 s after its last progress). Found by a generator written apart from the detector."""
+    j = HandJob(settings, {LONG: [0, 1, 2, 3]}, LONG_NODES)
+    _long_steps(j, 8, 20 * S)
+    last = j.now  # rank 3's last progress: the previous all-reduce's completion
+    _long_steps(j, 1, 20 * S, hung=3)
+    (inc,) = j.opened()
+    assert inc["kind"] == "hang" and inc["culprit_ranks"] == [3]
+    thr = inc["evidence"]["threshold_s"]
+    assert 50 <= thr <= 70
+    assert (inc["opened_ns"] - last) / S <= thr + 2.0
