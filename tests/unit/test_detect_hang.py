@@ -317,3 +317,22 @@ def test_a_hang_in_a_long_step_job_is_named_by_its_roots_silence_against_its_cad
     thr = inc["evidence"]["threshold_s"]
     assert 50 <= thr <= 70
     assert (inc["opened_ns"] - last) / S <= thr + 2.0
+
+
+def test_a_node_whose_report_of_a_long_steps_completion_comes_a_moment_late_is_not_stuck(settings):
+    """Completions 20 s apart: between node n0's report of the latest one and node n1's, 20 ms
+    later, n1's ranks are behind their peers, but not stuck (a stuck completion path stays
+    behind). Found by a generator written apart from the detector (30 s steps, hosts running
+    ahead): they were named the root of a P0 hang in a healthy job."""
+    j = HandJob(settings, {LONG: [0, 1, 2, 3]}, LONG_NODES)
+    _long_steps(j, 4, 20 * S)
+    seq = j.state[(LONG, 0)][0] + 1
+    t = j.now + 10 * MS
+    j.collective(LONG, seq, {r: t for r in range(4)}, None)
+    j.heartbeats(t + 20 * S)
+    j.collective(LONG, seq, {0: t, 1: t}, j.now + 10 * MS)  # n0's report; n1's comes 20 ms later
+    st = j.det.comm_stage.comms[("j1", LONG)]
+    j.det.comm_stage._flush(st, j.now)  # what the next tick would apply
+    assert st.d_max == seq and st.completed.min() == seq - 1
+    assert j.det.comm_stage.comm_report(st, j.now + 10 * MS)["stuck"] == []
+    assert j.det.comm_stage.comm_report(st, j.now + 3 * S)["stuck"] != []  # still behind 3 s later: stuck
