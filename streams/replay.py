@@ -2,9 +2,15 @@
 
 Messages are read with `capture.read_sorted` (stable by `ts_ns`), fed to the `Detector`,
 and time advances with them (a tick at every message time and at the last one). Every
-incident event is written to stdout, one JSON object a line. Malformed lines and messages
-are skipped exactly as the live pipeline would dead-letter them, counted by reason and
-reported on stderr; the exit status is 0 unless the file cannot be read at all.
+incident event is written to stdout, one JSON object a line.
+
+A capture ends, and it ends for each node at its own clock's reading of the end: sorted by
+stamp, a node whose clock runs 3 s ahead of the others goes on for 3 s after they stop, and
+they would seem lost (a P0 `node_lost` each). Live, arrival times say how far each node's
+clock runs off (`node_lag.py`); a capture has none. So a node whose heartbeats run to within
+`END_SPAN_S` of its job's last message is not judged lost after its last one
+(`capture_ends`): a node lost in a capture's last `END_SPAN_S` is not reported (the hang of
+its ranks is); one lost earlier is judged as live would.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from collections import Counter
 
 from commwatch import messages, topics
 from commwatch.capture import CaptureStats, read_sorted
-from commwatch.decode import decode_messages
+from commwatch.decode import CallBatch, decode_messages
 from commwatch.settings import Settings
 from commwatch.streams.detect import Detector
 from commwatch.wire import WireError
@@ -25,6 +31,7 @@ from commwatch.wire import WireError
 log = logging.getLogger(__name__)
 
 CHUNK = 4096  # messages decoded together (their call batches validated in one pass)
+END_SPAN_S = 15.0  # node clocks that disagree by up to this much end a capture "together" (`capture_ends`)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,13 +48,14 @@ def replay(path: str, settings: Settings, out, err) -> dict:
     det = Detector(settings)
     skipped: Counter = Counter(f"line: {e.reason}" for e in stats.bad_lines)
     alerts = 0
+    decoded = [d for lo in range(0, len(msgs), CHUNK) for d in decode_messages(msgs[lo:lo + CHUNK],
+                                                                               settings.max_message_bytes)]
+    det.job_stage.capture_ends = capture_ends(msgs, decoded)
+    for msg, d in zip(msgs, decoded):
+        if isinstance(d, WireError) and msg.topic != topics.ALERTS:
+            skipped[f"{msg.topic}: {d.reason}"] += 1
     for lo in range(0, len(msgs), CHUNK):
-        chunk = msgs[lo:lo + CHUNK]
-        decoded = decode_messages(chunk, settings.max_message_bytes)
-        for msg, d in zip(chunk, decoded):
-            if isinstance(d, WireError) and msg.topic != topics.ALERTS:
-                skipped[f"{msg.topic}: {d.reason}"] += 1
-        events = det.feed_stream(chunk, decoded)
+        events = det.feed_stream(msgs[lo:lo + CHUNK], decoded[lo:lo + CHUNK])
         for ev in events:
             out.write(messages.dumps(ev).decode("utf-8") + "\n")
         alerts += len(events)
@@ -60,6 +68,25 @@ def replay(path: str, settings: Settings, out, err) -> dict:
     return {"lines": stats.lines, "messages": len(msgs), "records": det.stats["records"], "alerts": alerts,
             "skipped": dict(skipped), "ignored_alerts": det.stats["ignored_alerts"],
             "read_s": t1 - t0, "detect_s": t2 - t1}
+
+
+def capture_ends(msgs: list, decoded: list) -> dict[str, dict[str, int]]:
+    """Per job, its nodes whose last heartbeat is within `END_SPAN_S` of the job's last
+    message in the capture, with that heartbeat's stamp."""
+    last: dict[str, int] = {}
+    beats: dict[str, dict[str, int]] = {}
+    for m, d in zip(msgs, decoded):
+        if isinstance(d, WireError) or m.topic == topics.ALERTS:
+            continue
+        job = d.job if isinstance(d, CallBatch) else d.get("job")
+        if not isinstance(job, str):
+            continue
+        last[job] = max(last.get(job, 0), m.ts_ns)
+        if m.topic == topics.PROGRESS and isinstance(d.get("node"), str):
+            nodes = beats.setdefault(job, {})
+            nodes[d["node"]] = max(nodes.get(d["node"], 0), m.ts_ns)
+    return {job: {n: t for n, t in nodes.items() if t >= last[job] - END_SPAN_S * 1e9}
+            for job, nodes in beats.items()}
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:

@@ -37,6 +37,7 @@ import numpy as np
 
 from commwatch import wire
 from commwatch.wire import WireError
+from commwatch.streams.detect.node_lag import SKEW_MIN_NS
 
 GAP_RING = 512
 MAX_COMM_RANKS = 1 << 20  # a record claiming a larger comm is refused (WireError), not allocated
@@ -97,6 +98,7 @@ class CommState:
         self.completed = np.zeros(0, np.int64)
         self.ever_done = np.zeros(0, bool)
         self.adv_ns = np.zeros(0, np.int64)
+        self.born_ns = np.zeros(0, np.int64)  # when a member was first seen, by its own stamps
         self.done_adv_ns = np.zeros(0, np.int64)
         self.behind_ns = np.zeros(0, np.int64)  # since when a member's completions are behind d_max (0: not)
         self.exited = np.zeros(0, bool)
@@ -155,7 +157,7 @@ class CommState:
             return np.concatenate([a, np.full(add, fill, a.dtype)])
 
         for name, fill in (("rank_of", -1), ("crank", -1), ("started", -1), ("completed", -1),
-                           ("ever_done", False), ("adv_ns", 0), ("done_adv_ns", 0), ("behind_ns", 0), ("exited", False),
+                           ("ever_done", False), ("adv_ns", 0), ("born_ns", 0), ("done_adv_ns", 0), ("behind_ns", 0), ("exited", False),
                            ("left", False), ("offsets", 0.0)):
             setattr(self, name, ext(getattr(self, name), fill))
         self.st = np.concatenate([self.st, np.zeros((self.rows, add), np.int64)], axis=1)
@@ -165,8 +167,9 @@ class CommState:
         self.ereal = np.concatenate([self.ereal, np.zeros((self.rows, add), bool)], axis=1)
         self.n += add
 
-    def slots_of(self, ranks: np.ndarray, now_ns: int) -> np.ndarray:
-        """Slots of global ranks (new ones are added)."""
+    def slots_of(self, ranks: np.ndarray, now_ns: int, ts: np.ndarray | None = None) -> np.ndarray:
+        """Slots of global ranks (new ones are added, first seen at `now_ns`, or at the
+        earliest of `ts` (aligned with `ranks`) that names them: their node's clock)."""
         idx = np.searchsorted(self._gsort, ranks)
         found = idx < len(self._gsort)
         found[found] = self._gsort[idx[found]] == ranks[found]
@@ -178,6 +181,12 @@ class CommState:
             self._grow(len(new))
             self.rank_of[first:] = new
             self.adv_ns[first:] = 0
+            if ts is None:
+                self.born_ns[first:] = now_ns
+            else:
+                born = np.full(len(new), np.iinfo(np.int64).max, np.int64)
+                np.minimum.at(born, np.searchsorted(new, ranks[~found]), ts[~found])
+                self.born_ns[first:] = born
             g = np.concatenate([self._gsort, new])
             s = np.concatenate([self._gslot, np.arange(first, self.n)])
             order = np.argsort(g, kind="stable")
@@ -236,7 +245,10 @@ class CommState:
     def _advanced(self, slots: np.ndarray, times: np.ndarray) -> None:
         """Members made progress at `times` (aligned with `slots`, which may repeat): the
         intervals between a member's progress feed the cadence (the first counted from the
-        comm's start), and `adv_ns` keeps the latest."""
+        comm's start, or, for a member first seen `SKEW_MIN_NS` or more after it, from then,
+        by its own node's stamps: a node whose clock runs 3 s ahead of the others, in a
+        capture that has no arrival times to correct it by, added a 4 s gap per member, and
+        a hang threshold of 13 s against 5), and `adv_ns` keeps the latest."""
         if not len(slots):
             return
         order = np.lexsort((times, slots))
@@ -246,7 +258,9 @@ class CommState:
         prev = np.empty_like(t)
         prev[1:] = t[:-1]
         base = self.adv_ns[sl[first]]
-        prev[first] = np.where(base > 0, base, self.first_ns)
+        born = self.born_ns[sl[first]]
+        start = np.where(born - self.first_ns >= SKEW_MIN_NS, born, self.first_ns)
+        prev[first] = np.where(base > 0, base, start)
         g = (t - prev).astype(np.float64)
         g = g[g > 0]
         if len(g):
@@ -306,7 +320,7 @@ class CommState:
         self._set_size(int(nranks.max()))
         rank = recs["rank"].astype(np.int64)
         rank = np.where(rank >= 0, rank, -2 - cr)  # rank unknown: keyed by comm rank (shown negative)
-        slot = self.slots_of(rank, now_ns)
+        slot = self.slots_of(rank, now_ns, ts)
         known = cr >= 0
         self.crank[slot[known]] = cr[known]
         self.cr_slot[cr[known]] = slot[known]

@@ -95,6 +95,10 @@ class JobStage:
     def __init__(self, settings: Settings):
         self.settings = settings
         self.jobs: dict[str, JobState] = {}
+        # replay: per job, its nodes whose heartbeats run to the capture's end, and the stamp
+        # of each one's last (`streams/replay.py` `capture_ends`): silent after it, the capture
+        # ended for that node, not the node (live: empty)
+        self.capture_ends: dict[str, dict[str, int]] = {}
 
     def job(self, job: str) -> JobState:
         js = self.jobs.get(job)
@@ -335,10 +339,14 @@ class JobStage:
         joining = now_ns - js.node_joined_ns < limit + self.settings.heartbeat_period_s * 1e9
         lost = set()
         exited = self._exited(js)
+        ends = self.capture_ends.get(js.job, {})
+        period = self.settings.heartbeat_period_s * 1e9
         for node, seen in sorted(js.node_seen.items()):
             ranks = sorted(js.node_ranks.get(node, ()))
             if ranks and set(ranks) <= exited:
                 continue  # its processes ended: the agent has nothing left to report
+            if node in ends and seen >= ends[node] - period:
+                continue  # its last heartbeat in the capture: the capture ended there
             if now_ns - seen >= limit and newest - seen >= limit and (
                     not joining or ("node_lost", node) in js.book.open):
                 lost.add(node)

@@ -9,12 +9,16 @@ the tests below fail with `SKEW_MIN_NS` set beyond reach).
 
 from __future__ import annotations
 
+import io
+import json
+
 import pytest
 
 from commwatch import topics
 from commwatch.decode import decode_messages
 from commwatch.producers import jobmodel as jm
-from commwatch.streams.detect import Detector, detector, node_lag, windows
+from commwatch.streams import replay
+from commwatch.streams.detect import Detector, comm_state, detector, node_lag, windows
 from commwatch.wire import WireError
 
 S = 1_000_000_000
@@ -138,3 +142,45 @@ def test_the_live_fixes_are_what_passes(settings, monkeypatch):
     monkeypatch.undo()
     monkeypatch.setattr(detector, "SKEW_MIN_NS", 10**18)  # the job's clocks take any stamp
     assert "hang" not in {k for k, _ in _paged(_live(settings, 5.0, faults=(jm.HostHang(rank=9, at_s=30.0),)))}
+
+
+# The same jobs as a capture (`commwatch replay`): sorted by stamp, no arrival times to learn
+# node clocks from. Before: the nodes whose clocks run behind seemed lost as the capture ended
+# (2 P0 `node_lost` in the healthy 16-rank job, 4 P0 and 6 P2 in the 64-rank one), and the
+# first progress of a node running ahead, counted from the comm's first sighting on another
+# node's clock, made every comm's cadence seconds long: the hang's threshold was 21 s, not 5.
+def _replayed(settings, tmp_path, **kw) -> list[dict]:
+    run = jm.run_job(jm.JobConfig(job="j", clock_offset_ms=SKEWED, gpus_per_node=4, **kw))
+    path = tmp_path / "skewed.cwcap"
+    jm.write_capture(path, run.messages)
+    out = io.StringIO()
+    replay.replay(str(path), settings, out, io.StringIO())
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+@pytest.mark.parametrize("layout,probe", [((2, 2, 4), "gpu"), ((2, 4, 8), "enqueue")])
+def test_replay_of_a_job_whose_node_clocks_disagree_pages_nobody_at_the_capture_end(settings, tmp_path, layout,
+                                                                                      probe):
+    tp, pp, dp = layout
+    assert _paged(_replayed(settings, tmp_path, tp=tp, pp=pp, dp=dp, probe=probe, duration_s=45.0, seed=3),
+                  ("P0", "P1", "P2")) == []
+
+
+def test_replay_of_a_hang_among_disagreeing_node_clocks_keeps_the_jobs_threshold(settings, tmp_path):
+    events = _replayed(settings, tmp_path, tp=2, pp=2, dp=4, duration_s=45.0, seed=4,
+                       faults=(jm.HostHang(rank=9, at_s=18.0),))
+    assert _paged(events, ("P0", "P1", "P2")) == [("hang", (9,))]
+    assert [e["evidence"]["threshold_s"] for e in events if e["status"] == "open"] == [settings.hang_floor_s]
+
+
+def test_the_capture_end_and_own_first_sightings_are_what_passes(settings, tmp_path, monkeypatch):
+    """The drills: nodes ending a capture judged as live would seem lost; first gaps counted
+    from the comm's first sighting whatever the member's clock lengthen the threshold."""
+    monkeypatch.setattr(replay, "END_SPAN_S", 0.0)
+    assert "node_lost" in {k for k, _ in _paged(_replayed(settings, tmp_path, tp=2, pp=2, dp=4, probe="gpu",
+                                                          duration_s=45.0, seed=3))}
+    monkeypatch.undo()
+    monkeypatch.setattr(comm_state, "SKEW_MIN_NS", 10**18)
+    events = _replayed(settings, tmp_path, tp=2, pp=2, dp=4, duration_s=45.0, seed=4,
+                       faults=(jm.HostHang(rank=9, at_s=18.0),))
+    assert [e["evidence"]["threshold_s"] for e in events if e["kind"] == "hang"][0] > 2 * settings.hang_floor_s
