@@ -4,7 +4,9 @@ slowdown, and since when: two interchangeable models, chosen by the `slow_model`
 - `numpy`: fixed rules. Hot when the ratio is >= 1 + `slow_impact` both over the horizon
   and in each new window; a slow rank once hot over max(`slow_windows`, `MIN_STREAK`) new
   windows in a row and `SLOW_MIN_NS` of event time (a GC pause lasts one or two windows),
-  or at once when >= `FAST_RATIO` in two new windows in a row, or in one window in which
+  or at once when >= `FAST_RATIO` in two new windows in a row (three where the comm's
+  spread is over `NOISY`: in an FSDP comm whose windows stray 40 % from 1, some healthy rank
+  of 32 was far slower in two in a row now and then), or in one window in which
   it was slow in nearly every instance (`steady`: a pause lengthens one gap, not all), or
   in one window that the caller's own evidence makes conclusive (`conclusive`: an
   iteration whose phases are all stretched alike, `steps.py`), or at once on a window that
@@ -129,7 +131,8 @@ class RankModel:
             self.fast = self.fast + 1 if short >= fast else 0
         sustained = self.streak >= self.need and now_ns - self.hot_since >= self.min_ns
         drifted = drift and self.streak >= (self.need if noisy else 2)
-        if sustained or self.fast >= 2 or drifted or (new and alone and (steady and self.fast >= 1 or conclusive)):
+        fast_need = MIN_STREAK + (NOISY_EXTRA if noisy else 0)  # noisy: far slower in one more window too
+        if sustained or self.fast >= fast_need or drifted or (new and alone and (steady and self.fast >= 1 or conclusive)):
             return self.hot_since
         return None
 
