@@ -535,12 +535,37 @@ class SlowTracker:
                       "lag_ms": ct.lag_ms.get(r), "signal": "collectives"}
             if r in grouped:
                 out[r]["group"] = grouped[r][0]
+        for r in self._waiting_on_slower(out, long, set(grouped)):
+            del out[r]
         for r in list(self.models):
             if r not in finest and r not in open_ranks:
                 self.models[r].idle()
                 self.models[r].due = 0
         self.due_ns = min((m.due for m in self.models.values() if m.due), default=0)
         return dominant(out, open_ranks)
+
+    def _waiting_on_slower(self, found: dict[int, dict], long: dict[str, dict[int, tuple]],
+                           grouped: set[int]) -> list[int]:
+        """Ranks found slow that compute clearly faster than a slower one found with them in a
+        collective comm they share (its intervals there `slow_impact` longer than theirs): they
+        wait for it inside that comm's calls, so their intervals between another comm's calls
+        grew (generator B's MoE: a 2x rank's tensor-parallel peer was 1.25-1.3x slower between
+        its expert-parallel calls, and named; between their own calls it was 0.6x the culprit).
+        Of two slow ranks of one group, the slower one is what the group waits for."""
+        out = []
+        for r, ev in found.items():
+            if r in grouped or ev.get("signal") != "collectives":
+                continue
+            for c, res in long.items():
+                ct = self.comms.get(c)
+                if ct is None or ct.p2p or r not in res:
+                    continue
+                mine = res[r][1]
+                if any(q != r and q in res and self.ratio.get(q, 0.0) > ev["ratio"] and q in found
+                       and mine * (1.0 + self.slow_impact) < res[q][1] for q in ct.ranks):
+                    out.append(r)
+                    break
+        return out
 
     @staticmethod
     def _tail(ct: CommTiming, rank: int) -> tuple[float, int] | None:

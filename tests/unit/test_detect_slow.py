@@ -277,3 +277,25 @@ def test_ranks_whose_gaps_are_noisy_alike_are_not_named_and_a_slow_one_still_is(
     assert j.opened("slow_rank") == []
     steps(j, 100, step=60 * MS, late={0xD0: {5: 45 * MS}})
     assert [i["culprit_ranks"] for i in j.opened("slow_rank")] == [[5]]
+
+
+def test_a_tensor_parallel_peer_waiting_on_a_slower_rank_is_not_named_with_it():
+    """Generator B's MoE job (TP 2, EP 8): rank 6 computes 2x; its TP peer 7 waits for it inside
+    their TP calls, so 7's intervals between its expert-parallel calls are 1.25-1.3x its EP
+    peers' and it was named too. Between their own TP calls 7 computes 0.6x what 6 does: the
+    slower one is what the group waits for. Two ranks of one group slow alike stay named."""
+    from commwatch.streams.detect.slow import CommTiming, SlowTracker
+
+    st = SlowTracker(0.1, 2)
+    st.comms = {"tp": CommTiming([6, 7], False), "ep6": CommTiming([0, 2, 4, 6], False),
+                "ep7": CommTiming([1, 3, 5, 7], False)}
+    found = {6: {"ratio": 1.95, "signal": "collectives"}, 7: {"ratio": 1.27, "signal": "collectives"}}
+    st.ratio = {6: 1.95, 7: 1.27}
+    long = {"tp": {6: (1.7, 25.0, 15.0, 0.3), 7: (0.6, 15.0, 25.0, 0.3)},
+            "ep6": {6: (1.95, 26.0, 13.3, 0.3)}, "ep7": {7: (1.27, 19.5, 15.4, 0.3)}}
+    assert st._waiting_on_slower(found, long, set()) == [7]
+    alike = {"tp": {6: (1.02, 25.0, 24.5, 0.3), 7: (0.98, 24.5, 25.0, 0.3)},
+             "ep6": {6: (1.5, 26.0, 17.0, 0.3)}, "ep7": {7: (1.45, 25.0, 17.0, 0.3)}}
+    st.ratio = {6: 1.5, 7: 1.45}
+    both = {r: {"ratio": x, "signal": "collectives"} for r, x in st.ratio.items()}
+    assert st._waiting_on_slower(both, alike, set()) == []
