@@ -11,6 +11,10 @@ clock runs off (`node_lag.py`); a capture has none. So a node whose heartbeats r
 `END_SPAN_S` of its job's last message is not judged lost after its last one
 (`capture_ends`): a node lost in a capture's last `END_SPAN_S` is not reported (the hang of
 its ranks is); one lost earlier is judged as live would.
+
+Malformed lines and messages are skipped exactly as the live pipeline would dead-letter
+them, counted by reason and reported on stderr; the exit status is 0 unless the file cannot
+be read at all.
 """
 
 from __future__ import annotations

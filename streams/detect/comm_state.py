@@ -36,8 +36,8 @@ from collections import Counter, deque
 import numpy as np
 
 from commwatch import wire
-from commwatch.wire import WireError
 from commwatch.streams.detect.node_lag import SKEW_MIN_NS
+from commwatch.wire import WireError
 
 GAP_RING = 512
 MAX_COMM_RANKS = 1 << 20  # a record claiming a larger comm is refused (WireError), not allocated
@@ -157,8 +157,8 @@ class CommState:
             return np.concatenate([a, np.full(add, fill, a.dtype)])
 
         for name, fill in (("rank_of", -1), ("crank", -1), ("started", -1), ("completed", -1),
-                           ("ever_done", False), ("adv_ns", 0), ("born_ns", 0), ("done_adv_ns", 0), ("behind_ns", 0), ("exited", False),
-                           ("left", False), ("offsets", 0.0)):
+                           ("ever_done", False), ("adv_ns", 0), ("born_ns", 0), ("done_adv_ns", 0), ("behind_ns", 0),
+                           ("exited", False), ("left", False), ("offsets", 0.0)):
             setattr(self, name, ext(getattr(self, name), fill))
         self.st = np.concatenate([self.st, np.zeros((self.rows, add), np.int64)], axis=1)
         self.en = np.concatenate([self.en, np.zeros((self.rows, add), np.int64)], axis=1)

@@ -561,7 +561,7 @@ class SlowTracker:
                 if ct is None or ct.p2p or r not in res:
                     continue
                 mine = res[r][1]
-                if any(q != r and q in res and self.ratio.get(q, 0.0) > ev["ratio"] and q in found
+                if any(q != r and q in res and q in found and found[q]["ratio"] > ev["ratio"]
                        and mine * (1.0 + self.slow_impact) < res[q][1] for q in ct.ranks):
                     out.append(r)
                     break

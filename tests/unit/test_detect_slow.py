@@ -290,12 +290,10 @@ def test_a_tensor_parallel_peer_waiting_on_a_slower_rank_is_not_named_with_it():
     st.comms = {"tp": CommTiming([6, 7], False), "ep6": CommTiming([0, 2, 4, 6], False),
                 "ep7": CommTiming([1, 3, 5, 7], False)}
     found = {6: {"ratio": 1.95, "signal": "collectives"}, 7: {"ratio": 1.27, "signal": "collectives"}}
-    st.ratio = {6: 1.95, 7: 1.27}
     long = {"tp": {6: (1.7, 25.0, 15.0, 0.3), 7: (0.6, 15.0, 25.0, 0.3)},
             "ep6": {6: (1.95, 26.0, 13.3, 0.3)}, "ep7": {7: (1.27, 19.5, 15.4, 0.3)}}
     assert st._waiting_on_slower(found, long, set()) == [7]
     alike = {"tp": {6: (1.02, 25.0, 24.5, 0.3), 7: (0.98, 24.5, 25.0, 0.3)},
              "ep6": {6: (1.5, 26.0, 17.0, 0.3)}, "ep7": {7: (1.45, 25.0, 17.0, 0.3)}}
-    st.ratio = {6: 1.5, 7: 1.45}
-    both = {r: {"ratio": x, "signal": "collectives"} for r, x in st.ratio.items()}
+    both = {r: {"ratio": x, "signal": "collectives"} for r, x in ((6, 1.5), (7, 1.45))}
     assert st._waiting_on_slower(both, alike, set()) == []
