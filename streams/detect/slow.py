@@ -503,8 +503,18 @@ class SlowTracker:
                 low = self.low_busy[(r, c)] = min(self.low_busy.get((r, c), np.inf), v[1])
                 if r not in finest or (v[2] < MIN_BUSY_MS, low) < score[r]:
                     finest[r], score[r] = (c, v), (v[2] < MIN_BUSY_MS, low)
-        for r, (c, v) in finest.items():
+        # a rank whose finer comm is current but gives it no figure this time (too few
+        # intervals of a kind in its latest windows) is not judged now, nor idled: in a
+        # coarser comm its intervals hold the waits it spends in the finer one's calls (the
+        # last stage of a TP=1 pipeline behind a slow stage, between its data-parallel calls)
+        blind = set()
+        for r, (c, v) in list(finest.items()):
             was = self.judged_in.get(r)
+            if was != c and was in long and r not in long[was] and self.low_busy.get((r, was), np.inf) < self.low_busy[
+                    (r, c)]:
+                blind.add(r)
+                del finest[r]
+                continue
             if was != c and was in long and r in long[was]:
                 w = long[was][r]
                 if (w[2] < MIN_BUSY_MS) == (v[2] < MIN_BUSY_MS) and v[1] >= SWITCH * w[1]:
@@ -538,7 +548,7 @@ class SlowTracker:
         for r in self._waiting_on_slower(out, long, set(grouped)):
             del out[r]
         for r in list(self.models):
-            if r not in finest and r not in open_ranks:
+            if r not in finest and r not in open_ranks and r not in blind:
                 self.models[r].idle()
                 self.models[r].due = 0
         self.due_ns = min((m.due for m in self.models.values() if m.due), default=0)

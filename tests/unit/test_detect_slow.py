@@ -297,3 +297,30 @@ def test_a_tensor_parallel_peer_waiting_on_a_slower_rank_is_not_named_with_it():
              "ep6": {6: (1.5, 26.0, 17.0, 0.3)}, "ep7": {7: (1.45, 25.0, 17.0, 0.3)}}
     both = {r: {"ratio": x, "signal": "collectives"} for r, x in ((6, 1.5), (7, 1.45))}
     assert st._waiting_on_slower(both, alike, set()) == []
+
+
+def test_a_rank_is_not_judged_in_a_coarser_comm_while_its_finer_one_gives_it_no_figure(monkeypatch):
+    """Generator A's TP=1 pipeline (PP 4, DP 4), rank 6 computing 2x: rank 14, the last stage of
+    its pipeline, waits on it inside its receives, so its intervals between its data-parallel
+    calls (a whole iteration) are 1.38x its stage's. Its pipeline comm, current all along, now
+    and then gives it no figure (too few intervals of a kind in the latest windows), and rank 14
+    was judged in the data-parallel comm meanwhile, until named at P2. It is not judged then;
+    a rank whose only comm is the coarse one still is."""
+    from commwatch.streams.detect.slow import CommTiming, SlowTracker
+
+    st = SlowTracker(0.1, 2)
+    st.comms = {"pp": CommTiming([2, 6, 10, 14], True), "dp3": CommTiming([12, 13, 14, 15], False),
+                "dp1": CommTiming([4, 5, 6, 7], False)}
+    figures: dict = {}
+    monkeypatch.setattr(st, "_comm_ratios", lambda now_ns, stale, latest: figures)
+    coords = {r: {"pp": r // 4, "dp": r % 4} for r in range(16)}
+    named = set()
+    for i in range(40):
+        now = (i + 1) * 10**9
+        for ct in st.comms.values():
+            ct.ts_ns, ct.interval_ns = now, 1e9
+        figures.clear()
+        figures.update({"pp": {14: (1.0, 200.0, 200.0, 0.8)} if i % 4 == 0 else {},
+                        "dp3": {14: (1.38, 1045.0, 757.0, 0.7)}, "dp1": {5: (1.38, 1045.0, 757.0, 0.7)}})
+        named |= set(st.evaluate(now, coords, 16, set()))
+    assert named == {5}
