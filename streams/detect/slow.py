@@ -557,7 +557,9 @@ class SlowTracker:
     def _waiting_on_slower(self, found: dict[int, dict], long: dict[str, dict[int, tuple]],
                            grouped: set[int]) -> list[int]:
         """Ranks found slow that compute clearly faster than a slower one found with them in a
-        collective comm they share (its intervals there `slow_impact` longer than theirs): they
+        collective comm they share (its intervals there half `slow_impact` longer than theirs,
+        the hysteresis margin: a 1.3x rank's TP peer, 1.12x in the peer's expert-parallel
+        comm, computed 0.89x the culprit between their TP calls, and was named at P3): they
         wait for it inside that comm's calls, so their intervals between another comm's calls
         grew (generator B's MoE: a 2x rank's tensor-parallel peer was 1.25-1.3x slower between
         its expert-parallel calls, and named; between their own calls it was 0.6x the culprit).
@@ -572,7 +574,7 @@ class SlowTracker:
                     continue
                 mine = res[r][1]
                 if any(q != r and q in res and q in found and found[q]["ratio"] > ev["ratio"]
-                       and mine * (1.0 + self.slow_impact) < res[q][1] for q in ct.ranks):
+                       and mine * (1.0 + self.slow_impact / 2) < res[q][1] for q in ct.ranks):
                     out.append(r)
                     break
         return out

@@ -293,6 +293,12 @@ def test_a_tensor_parallel_peer_waiting_on_a_slower_rank_is_not_named_with_it():
     long = {"tp": {6: (1.7, 25.0, 15.0, 0.3), 7: (0.6, 15.0, 25.0, 0.3)},
             "ep6": {6: (1.95, 26.0, 13.3, 0.3)}, "ep7": {7: (1.27, 19.5, 15.4, 0.3)}}
     assert st._waiting_on_slower(found, long, set()) == [7]
+    # a 1.3x rank (MoE, TP 2): its peer computed 0.89-0.92x of it between their TP calls, 1.12x its
+    # expert-parallel peers between its own: within the hysteresis margin, still the victim
+    mild = {"tp": {6: (1.09, 20.93, 19.2, 0.85), 7: (0.92, 19.2, 20.93, 0.93)},
+            "ep6": {6: (1.27, 17.17, 13.51, 0.67)}, "ep7": {7: (1.12, 15.7, 14.19, 0.69)}}
+    assert st._waiting_on_slower({6: {"ratio": 1.27, "signal": "collectives"},
+                                  7: {"ratio": 1.12, "signal": "collectives"}}, mild, set()) == [7]
     alike = {"tp": {6: (1.02, 25.0, 24.5, 0.3), 7: (0.98, 24.5, 25.0, 0.3)},
              "ep6": {6: (1.5, 26.0, 17.0, 0.3)}, "ep7": {7: (1.45, 25.0, 17.0, 0.3)}}
     both = {r: {"ratio": x, "signal": "collectives"} for r, x in ((6, 1.5), (7, 1.45))}
