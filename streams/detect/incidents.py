@@ -4,7 +4,10 @@ Each detector *asserts* the conditions it sees at every evaluation, under a stab
 A key asserted for the first time opens an incident (stable id fixed at open); a change of
 culprits or severity emits `update`; a key not asserted for `resolve_after_s` resolves it.
 A key that reopens right after resolving is the same trouble flapping: it reopens with a
-new id only after twice the quiet period; before that the assertion is ignored.
+new id only after twice the quiet period; before that the assertion is ignored. A resolved
+event says why in `evidence.resolved_reason`: `cleared` (not seen for the quiet period, or its
+cause visibly gone: a lost node heard from again), `job_ended` or `no_data` (`resolve_all`),
+and its summary ends with "[resolved: ...]" in words.
 """
 
 from __future__ import annotations
@@ -75,15 +78,21 @@ class IncidentBook:
             if now_ns - inc.last_seen_ns >= inc.quiet_ns:
                 del self.open[key]
                 self._resolved_at[key] = now_ns
+                # the last figures asserted may read oddly once the condition is gone (a slow
+                # rank "0% slower" as it recovers): the resolution says why it ended
+                inc.evidence = {**inc.evidence, "resolved_reason": "cleared"}
+                inc.summary = f"{inc.summary} [resolved: not seen for {inc.quiet_ns / 1e9:.0f} s]"
                 out.append(self.event(inc, "resolved", now_ns))
         return out
 
-    def resolve(self, key: tuple, now_ns: int) -> list[dict]:
-        """Resolve at once (the cause is visibly gone, e.g. a lost node is back)."""
+    def resolve(self, key: tuple, now_ns: int, why: str) -> list[dict]:
+        """Resolve at once (the cause is visibly gone, e.g. a lost node is back: `why`)."""
         inc = self.open.pop(key, None)
         if inc is None:
             return []
         self._resolved_at[key] = now_ns
+        inc.evidence = {**inc.evidence, "resolved_reason": "cleared"}
+        inc.summary = f"{inc.summary} [resolved: {why}]"
         return [self.event(inc, "resolved", now_ns)]
 
     def resolve_all(self, now_ns: int, reason: str, why: str) -> list[dict]:

@@ -362,7 +362,7 @@ class JobStage:
                     culprit_ranks=ranks, culprit_nodes=[node], comm="", summary=silent, evidence=evidence,
                     id_hint=f"{node}-{now_ns}"))
             elif ("node_lost", node) in js.book.open:
-                out.extend(js.book.resolve(("node_lost", node), now_ns))
+                out.extend(js.book.resolve(("node_lost", node), now_ns, "its heartbeats came back"))
         return lost
 
     @staticmethod

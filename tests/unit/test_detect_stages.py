@@ -48,5 +48,7 @@ def test_incident_book_updates_resolves_and_suppresses_flapping():
     assert book.expire(T0 + 11 * S) == []
     (ev,) = book.expire(T0 + 12 * S)
     assert ev["status"] == "resolved" and ev["incident"] == "j-slow_rank-5-1"
+    # the resolution says why: the last figures asserted may read oddly once it is gone
+    assert ev["evidence"] == {"resolved_reason": "cleared"} and ev["summary"] == "s [resolved: not seen for 10 s]"
     assert book.assert_(("k",), T0 + 20 * S, **kw) == []  # flapping back within 2 quiet periods
     assert [e["status"] for e in book.assert_(("k",), T0 + 40 * S, **kw)] == ["open"]
