@@ -76,36 +76,26 @@ class IncidentBook:
             if kinds is not None and inc.kind not in kinds:
                 continue
             if now_ns - inc.last_seen_ns >= inc.quiet_ns:
-                del self.open[key]
-                self._resolved_at[key] = now_ns
-                # the last figures asserted may read oddly once the condition is gone (a slow
-                # rank "0% slower" as it recovers): the resolution says why it ended
-                inc.evidence = {**inc.evidence, "resolved_reason": "cleared"}
-                inc.summary = f"{inc.summary} [resolved: not seen for {inc.quiet_ns / 1e9:.0f} s]"
-                out.append(self.event(inc, "resolved", now_ns))
+                out.append(self._resolved(key, now_ns, "cleared", f"not seen for {inc.quiet_ns / 1e9:.0f} s"))
         return out
 
     def resolve(self, key: tuple, now_ns: int, why: str) -> list[dict]:
         """Resolve at once (the cause is visibly gone, e.g. a lost node is back: `why`)."""
-        inc = self.open.pop(key, None)
-        if inc is None:
-            return []
-        self._resolved_at[key] = now_ns
-        inc.evidence = {**inc.evidence, "resolved_reason": "cleared"}
-        inc.summary = f"{inc.summary} [resolved: {why}]"
-        return [self.event(inc, "resolved", now_ns)]
+        return [self._resolved(key, now_ns, "cleared", why)] if key in self.open else []
 
     def resolve_all(self, now_ns: int, reason: str, why: str) -> list[dict]:
         """Resolve every open incident at once (the job ended): `evidence.resolved_reason`
         says why, and none reopens unless the condition is seen again after the quiet period."""
-        out = []
-        for key in list(self.open):
-            inc = self.open.pop(key)
-            inc.evidence = {**inc.evidence, "resolved_reason": reason}
-            inc.summary = f"{inc.summary} [resolved: {why}]"
-            self._resolved_at[key] = now_ns
-            out.append(self.event(inc, "resolved", now_ns))
-        return out
+        return [self._resolved(key, now_ns, reason, why) for key in list(self.open)]
+
+    def _resolved(self, key: tuple, now_ns: int, reason: str, why: str) -> dict:
+        """Close an open incident: the figures last asserted may read oddly once its cause is
+        gone (a slow rank "0% slower" as it recovers), so the event says why it ended."""
+        inc = self.open.pop(key)
+        self._resolved_at[key] = now_ns
+        inc.evidence = {**inc.evidence, "resolved_reason": reason}
+        inc.summary = f"{inc.summary} [resolved: {why}]"
+        return self.event(inc, "resolved", now_ns)
 
     def of_kind(self, kind: str) -> list[Incident]:
         return [i for i in self.open.values() if i.kind == kind]

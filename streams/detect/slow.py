@@ -510,14 +510,13 @@ class SlowTracker:
         blind = set()
         for r, (c, v) in list(finest.items()):
             was = self.judged_in.get(r)
-            if was != c and was in long and r not in long[was] and self.low_busy.get((r, was), np.inf) < self.low_busy[
-                    (r, c)]:
-                blind.add(r)
-                del finest[r]
-                continue
-            if was != c and was in long and r in long[was]:
-                w = long[was][r]
-                if (w[2] < MIN_BUSY_MS) == (v[2] < MIN_BUSY_MS) and v[1] >= SWITCH * w[1]:
+            if was != c and was in long:
+                w = long[was].get(r)
+                if w is None and self.low_busy.get((r, was), np.inf) < self.low_busy[(r, c)]:
+                    blind.add(r)
+                    del finest[r]
+                    continue
+                if w is not None and (w[2] < MIN_BUSY_MS) == (v[2] < MIN_BUSY_MS) and v[1] >= SWITCH * w[1]:
                     finest[r] = (was, w)
             self.judged_in[r] = finest[r][0]
         grouped = self._slow_groups(now_ns, long, finest, coords)
