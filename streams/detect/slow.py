@@ -558,7 +558,7 @@ class SlowTracker:
         """Ranks found slow that compute clearly faster than a slower one found with them in a
         collective comm they share (its intervals there half `slow_impact` longer than theirs,
         the hysteresis margin: a 1.3x rank's TP peer, 1.12x in the peer's expert-parallel
-        comm, computed 0.89x the culprit between their TP calls, and was named at P3): they
+        comm, computed 0.89-0.92x the culprit between their TP calls, and was named at P3): they
         wait for it inside that comm's calls, so their intervals between another comm's calls
         grew (generator B's MoE: a 2x rank's tensor-parallel peer was 1.25-1.3x slower between
         its expert-parallel calls, and named; between their own calls it was 0.6x the culprit).

@@ -74,8 +74,8 @@ def test_node_lost_after_three_silent_periods_and_resolves(settings):
     assert lost[0]["severity"] == "P0" and 3 * S <= lost[0]["opened_ns"] - t <= 4 * S
     j.heartbeats(j.now + 15 * S)
     assert [i["status"] for i in j.incidents if i["kind"] == "node_lost"] == ["open", "resolved"]
-    back = j.incidents[-1] if j.incidents[-1]["kind"] == "node_lost" else None
-    assert back is not None and back["summary"].endswith("[resolved: its heartbeats came back]")
+    back = [i for i in j.incidents if i["kind"] == "node_lost"][-1]
+    assert back["summary"].endswith("[resolved: its heartbeats came back]")
     assert back["evidence"]["resolved_reason"] == "cleared"
 
 
