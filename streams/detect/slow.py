@@ -58,6 +58,7 @@ STEADY_SHARE = 0.8  # a window in which a rank was slow in this share of the ins
 PAUSE_SHARE = 0.5  # ... and one far slower in all (`FAST_RATIO`) but slow in under this share is one (`_pause`)
 NEVER_FINER_NS = 10_000_000_000  # a comm in use this long without compute intervals is nobody's finest
 SWITCH = 0.8  # a rank is judged in another comm once its intervals there are this much of those where it is
+BLIND_WINDOWS = 4  # new windows of its finer comm without a figure for a rank before it is judged in a coarser one
 GROUP_HOLD_NS = 3_000_000_000  # a group seems slower as a whole this long before it is judged as one
 FOUND = "found"  # `slow_groups` state of a group judged as one
 LINK_FACTOR = 1.5
@@ -195,6 +196,8 @@ class SlowTracker:
         self.models: dict[int, RankModel] = {}
         self.judged_in: dict[int, str] = {}  # rank -> the comm its ratio is taken in
         self.low_busy: dict[tuple[int, str], float] = {}  # (rank, comm) -> its shortest mean busy gap yet
+        self.blind: dict[int, tuple[str, int, int]] = {}  # rank -> (its finer comm, that comm's latest window,
+        # how many of its windows in a row gave the rank no figure): `evaluate`
         self.slow_groups: dict[str, tuple | str] = {}  # comm -> (since when its members seem slower together,
         # corroborated since), or FOUND: judged as a group (`_slow_groups`)
         self.model_kind = model
@@ -506,19 +509,24 @@ class SlowTracker:
         # a rank whose finer comm is current but gives it no figure this time (too few
         # intervals of a kind in its latest windows) is not judged now, nor idled: in a
         # coarser comm its intervals hold the waits it spends in the finer one's calls (the
-        # last stage of a TP=1 pipeline behind a slow stage, between its data-parallel calls)
+        # last stage of a TP=1 pipeline behind a slow stage, between its data-parallel calls).
+        # Not for ever: after `BLIND_WINDOWS` new windows of the finer comm without a figure
+        # for it, the coarser comm is all there is to judge it by
         blind = set()
         for r, (c, v) in list(finest.items()):
             was = self.judged_in.get(r)
             if was != c and was in long:
                 w = long[was].get(r)
-                if w is None and self.low_busy.get((r, was), np.inf) < self.low_busy[(r, c)]:
+                if w is None and self.low_busy.get((r, was), np.inf) < self.low_busy[(r, c)] and self._still_blind(
+                        r, was):
                     blind.add(r)
                     del finest[r]
                     continue
                 if w is not None and (w[2] < MIN_BUSY_MS) == (v[2] < MIN_BUSY_MS) and v[1] >= SWITCH * w[1]:
                     finest[r] = (was, w)
             self.judged_in[r] = finest[r][0]
+        for r in [r for r in self.blind if r not in blind]:
+            del self.blind[r]
         grouped = self._slow_groups(now_ns, long, finest, coords)
         finest.update({r: (c, v) for r, (c, v, _) in grouped.items()})
         self.ratio = {r: v[0] for r, (_, v) in finest.items()}
@@ -552,6 +560,18 @@ class SlowTracker:
                 self.models[r].due = 0
         self.due_ns = min((m.due for m in self.models.values() if m.due), default=0)
         return dominant(out, open_ranks)
+
+    def _still_blind(self, r: int, was: str) -> bool:
+        """Whether rank `r`, with no figure in its finer comm `was` now, is left unjudged: until
+        `BLIND_WINDOWS` of that comm's new windows in a row gave it none."""
+        ts = self.comms[was].ts_ns
+        comm, last, n = self.blind.get(r, (was, ts, 0))
+        if comm != was:
+            last, n = ts, 0
+        if ts != last:
+            n += 1
+        self.blind[r] = (was, ts, n)
+        return n < BLIND_WINDOWS
 
     def _waiting_on_slower(self, found: dict[int, dict], long: dict[str, dict[int, tuple]],
                            grouped: set[int]) -> list[int]:

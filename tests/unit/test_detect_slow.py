@@ -330,3 +330,28 @@ def test_a_rank_is_not_judged_in_a_coarser_comm_while_its_finer_one_gives_it_no_
                         "dp3": {14: (1.38, 1045.0, 757.0, 0.7)}, "dp1": {5: (1.38, 1045.0, 757.0, 0.7)}})
         named |= set(st.evaluate(now, coords, 16, set()))
     assert named == {5}
+
+
+def test_a_rank_whose_finer_comm_stops_giving_it_figures_is_judged_in_a_coarser_one(monkeypatch):
+    """The rule above has a bound: a rank whose finer comm goes on closing windows that never
+    give it a figure again (its intervals there too few of a kind, window after window) is
+    judged in its coarser comm after `BLIND_WINDOWS` of them: slow there, it is named, not
+    left unjudged for as long as the finer comm stays current."""
+    from commwatch.streams.detect.slow import BLIND_WINDOWS, CommTiming, SlowTracker
+
+    st = SlowTracker(0.1, 2)
+    st.comms = {"pp": CommTiming([2, 6, 10, 14], True), "dp3": CommTiming([12, 13, 14, 15], False)}
+    figures: dict = {}
+    monkeypatch.setattr(st, "_comm_ratios", lambda now_ns, stale, latest: figures)
+    coords = {r: {"pp": r // 4, "dp": r % 4} for r in range(16)}
+    first = None
+    for i in range(30):
+        now = (i + 1) * 10**9
+        for ct in st.comms.values():
+            ct.ts_ns, ct.interval_ns = now, 1e9
+        figures.clear()
+        figures.update({"pp": {14: (1.0, 200.0, 200.0, 0.8)} if i == 0 else {2: (1.0, 200.0, 200.0, 0.8)},
+                        "dp3": {14: (1.38, 1045.0, 757.0, 0.7)}})
+        if 14 in st.evaluate(now, coords, 16, set()) and first is None:
+            first = i
+    assert first is not None and BLIND_WINDOWS < first <= BLIND_WINDOWS + 3  # unjudged meanwhile, then found there
