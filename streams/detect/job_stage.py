@@ -55,6 +55,8 @@ JOB_SILENT_NS = 60_000_000_000  # no message at all from a job this long (at mos
 JOB_SLOWDOWN = 0.2  # step time this much above the job's baseline with no culprit ...
 JOB_SLOWDOWN_HOLD_NS = 20_000_000_000  # ... for this long: a P3
 IB_ERRORS_RECENT_NS = 60_000_000_000  # a node whose IB symbol errors rose this recently is a slow link's suspect
+PAUSE_STEPS = 5  # every rank idle this many of the job's iterations, nobody inside a call: a job-wide pause
+PAUSE_SLACK_STEPS = 3  # a comm's gaps over the pause's length by up to this many iterations are the pause's
 DATA_REPORTS = ("node", "window", "p2p_window")  # reports that only data (heartbeats, calls) cause
 
 
@@ -87,6 +89,8 @@ class JobState:
     threshold_ns: float = 0.0
     stuck_since: dict[int, int] = field(default_factory=dict)
     slowdown_since: int = 0
+    idle_since: int = 0  # a job-wide pause going on (`_pauses`): the job's last progress before it
+    pause: tuple[float, dict[str, int]] | None = None  # the latest pause: its length, and each comm's gap p99 before
 
 
 class JobStage:
@@ -201,6 +205,7 @@ class JobStage:
         if not hold:
             if self._ended(js, now_ns, out):
                 return out
+            self._pauses(js, now_ns)
             js.threshold_ns = self.threshold_ns(js)
             lost = self._node_lost(js, now_ns, out)
             self._hangs(js, now_ns, lost, out)
@@ -254,9 +259,45 @@ class JobStage:
         """Hang threshold: the floor, or longer for a job whose ranks normally go long
         without progress (long steps, a slow stage): its own cadence."""
         s = self.settings
-        gaps = [c["gap_p99_ns"] for c in js.comms.values()]
-        return max(s.hang_floor_s * 1e9, s.hang_gap_factor * max(gaps, default=0),
-                   s.hang_step_factor * self.median_step_ns(js))
+        step = self.median_step_ns(js)
+        return max(s.hang_floor_s * 1e9, s.hang_gap_factor * max(self._gaps(js, step).values(), default=0),
+                   s.hang_step_factor * step)
+
+    @staticmethod
+    def _gaps(js: JobState, step: float) -> dict[str, int]:
+        """Per comm, the p99 of its members' intervals between progress: their cadence. Those
+        that span the job's latest pause (`_pauses`) are not: while a comm's p99 is over the
+        one it had before the pause and no more than that pause (and a few iterations), the
+        one before counts."""
+        gaps = {c: int(rep["gap_p99_ns"]) for c, rep in js.comms.items()}
+        if js.pause is not None:
+            length, before = js.pause
+            top = length + PAUSE_SLACK_STEPS * step
+            gaps = {c: before[c] if before.get(c, g) < g <= top else g for c, g in gaps.items()}
+        return gaps
+
+    def _pauses(self, js: JobState, now_ns: int) -> None:
+        """A job-wide pause (a checkpoint, an evaluation; DOMAIN.md): in a job whose iteration
+        time is known, no comm made progress for `PAUSE_STEPS` of its iterations, and nobody
+        is inside a call (no wait reported, every comm's calls completed). Its members'
+        intervals that span it go into each comm's gaps (the p99, for a while): a hang right
+        after a 20 s checkpoint waited for a 60 s threshold. Kept: the pause's length, once
+        progress resumes, and each comm's gap p99 before it (`_gaps`). In a job whose
+        iterations are not known, or are long, a silence that long is its cadence."""
+        step = self.median_step_ns(js)
+        if step <= 0 or not js.comms:
+            return
+        last = max(c["last_ns"] for c in js.comms.values())
+        if js.idle_since:
+            if last > js.idle_since:  # progress again: the pause is over
+                js.pause = (float(last - js.idle_since), js.pause[1] if js.pause else {})
+                js.idle_since = 0
+            return
+        if last <= 0 or now_ns - last < PAUSE_STEPS * step or js.waits or any(
+                c.get("s", -1) > c.get("d", -1) for c in js.comms.values()):
+            return
+        js.idle_since = last
+        js.pause = (0.0, self._gaps(js, step))
 
     # ------------------------------------------------------------------------------
     def _ranks(self, js: JobState) -> set[int]:

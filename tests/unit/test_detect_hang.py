@@ -64,6 +64,50 @@ def test_checkpoint_pause_opens_nothing_and_long_idle_is_job_stalled(settings):
     assert inc["kind"] == "job_stalled" and inc["severity"] == "P2"
 
 
+def _timed_steps(j, n):
+    """`steps`, each iteration also reported by every rank (cw.steps.v1): the job's iteration
+    time is known."""
+    import json
+
+    from commwatch import topics
+    from commwatch.capture import Message
+
+    for _ in range(n):
+        start = j.now
+        steps(j, 1)
+        for r in NODES:
+            j.send(Message(topics.STEPS, "j1", j.now, json.dumps({
+                "v": 1, "job": "j1", "rank": r, "iteration": j.iteration, "t_start_ns": start, "t_end_ns": j.now,
+                "phases": {"forward_ms": 300.0, "backward_ms": 600.0}}).encode()))
+        j.iteration += 1
+
+
+def test_a_hang_right_after_a_checkpoint_waits_for_the_usual_threshold(settings, monkeypatch):
+    """Generator A: every rank idle in a 20 s checkpoint, then rank 3 hangs 8 s later. Each
+    comm's members' intervals that span the checkpoint lifted its gap p99 to 21 s, and the
+    threshold to 3x that: named after 63 s. A job-wide pause (nobody inside a call for 5
+    iterations) is not the comms' cadence: named after the floor. Without the rule, not
+    within 40 s."""
+    from commwatch.streams.detect.job_stage import JobStage
+
+    def run():
+        j = _job(settings)
+        j.iteration = 0
+        _timed_steps(j, 10)
+        j.heartbeats(j.now + 20 * S)  # the checkpoint: nobody inside a call
+        _timed_steps(j, 8)
+        t = j.now + S
+        j.collective(TP, j.state[(TP, 0)][0] + 1, {0: t, 1: t, 2: t}, None)  # rank 3 never enters
+        j.heartbeats(t + 40 * S)
+        return t, j.opened()
+
+    t, opened = run()
+    assert [(i["kind"], i["culprit_ranks"]) for i in opened] == [("hang", [3])]
+    assert opened[0]["opened_ns"] - (t - S) <= 7 * S  # its last progress: the iteration before
+    monkeypatch.setattr(JobStage, "_pauses", lambda self, js, now_ns: None)
+    assert run()[1] == []
+
+
 def test_node_lost_after_three_silent_periods_and_resolves(settings):
     j = HandJob(settings, {TP: [0, 1, 2, 3], DP: [3, 4, 5]}, NODES)
     steps(j, 4)
