@@ -360,6 +360,11 @@ def jobmodel_cases() -> list[Case]:
     # a node's data late (its link to the broker, its agent stalled), its ranks running
     add("late-node-data-4s", L16, control="healthy", duration_s=45.0, arrival=True, late_node=(1, 20.0, 24.0, 4.0))
     add("late-node-data-2.5s", L64, control="healthy", duration_s=40.0, arrival=True, late_node=(0, 20.0, 25.0, 2.5))
+    # a hang soon after a checkpoint (every rank idle 20-25 s at iteration 12, nobody inside a
+    # call): the intervals that span it are not the comms' cadence, the threshold stays the job's
+    for lay, probe in ((L16, "gpu"), (L8P, "enqueue")):
+        add(f"hang-after-checkpoint-{probe}", lay, probe=probe, duration_s=60.0, checkpoint_every=12,
+            checkpoint_s=(20.0, 25.0), faults=lambda w, s: (jm.HostHang(pick(w, s), 42.0),))
     return out
 
 
