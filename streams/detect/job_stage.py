@@ -90,7 +90,8 @@ class JobState:
     stuck_since: dict[int, int] = field(default_factory=dict)
     slowdown_since: int = 0
     idle_since: int = 0  # a job-wide pause going on (`_pauses`): the job's last progress before it
-    pause: tuple[float, dict[str, int]] | None = None  # the latest pause: its length, and each comm's gap p99 before
+    pause: tuple[float, dict[str, int]] | None = None  # the latest pause: its length (0 while it lasts), each
+    # comm's gap p99 before it
 
 
 class JobStage:
@@ -290,7 +291,7 @@ class JobStage:
         last = max(c["last_ns"] for c in js.comms.values())
         if js.idle_since:
             if last > js.idle_since:  # progress again: the pause is over
-                js.pause = (float(last - js.idle_since), js.pause[1] if js.pause else {})
+                js.pause = (float(last - js.idle_since), js.pause[1])
                 js.idle_since = 0
             return
         if last <= 0 or now_ns - last < PAUSE_STEPS * step or js.waits or any(
