@@ -110,6 +110,8 @@ def job_lines(snap: dict, detail: bool) -> list[tuple[str, str]]:
             f"{f', {len(exited)} exited' if exited else ''}  iteration {_num(step.get('iteration'), 'd')}"
             f"  {_num(step.get('rate_per_s'), '.2f')} it/s  step {_num(step.get('median_s'), '.3f')} s"
             f"  slowdown {_num(step.get('slowdown'), '+.0%')}")
+    if step.get("paused_s"):
+        head += f"  paused {step['paused_s']:.0f} s (no rank in a call: a checkpoint?)"
     lines = [(head, STATE_STYLE.get(state, ""))]
     incidents = [i for i in snap.get("incidents") or [] if i.get("status") != "resolved"]
     for inc in incidents:

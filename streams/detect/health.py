@@ -89,7 +89,8 @@ def snapshot(js, now_ns: int, drops: dict[str, int] | None = None) -> dict:
         "nodes": sorted(js.node_seen) or sorted(set(js.node_of.values())),
         "exited_ranks": sorted(exited)[:MAX_COMMS],
         "step": {"iteration": js.steps.last_iteration, "median_s": round(median_s, 4) if median_s else None,
-                 "rate_per_s": js.steps.rate_per_s(), "slowdown": js.steps.slowdown()},
+                 "rate_per_s": js.steps.rate_per_s(), "slowdown": js.steps.slowdown(),
+                 "paused_s": round(max(now_ns - js.idle_since, 0) / 1e9, 1) if js.idle_since else None},
         "comms": comms[:MAX_COMMS],
         "lateness": _lateness(lag, world),
         "late_ranks": [{"rank": r, "lag_ms": round(v, 3), "slowdown": round(js.slow.ratio.get(r, 1.0) - 1.0, 3)}
@@ -104,6 +105,6 @@ def empty(job: str, now_ns: int) -> dict:
     """The snapshot of a job nothing is known about yet."""
     return {"v": 1, "type": "health", "job": job, "ts_ns": int(now_ns), "state": "starting", "world_size": 0,
             "ranks": 0, "nodes": [], "exited_ranks": [],
-            "step": {"iteration": None, "median_s": None, "rate_per_s": None, "slowdown": None},
+            "step": {"iteration": None, "median_s": None, "rate_per_s": None, "slowdown": None, "paused_s": None},
             "comms": [], "lateness": {"bin": 1, "values_ms": []}, "late_ranks": [], "incidents": [],
             "wait_chain": None, "drops": {}}

@@ -193,3 +193,23 @@ def test_an_unreachable_broker_is_said_and_the_page_still_answers(settings):
         assert get_json(f"{srv.url}api/jobs") == []
     finally:
         srv.stop()
+
+
+def test_a_job_wide_pause_is_shown_on_the_job_page(settings, tmp_path):
+    """How long a job-wide pause has lasted (health `step.paused_s`: every rank idle, nobody
+    inside a call; the detector's side in `test_detect_hang`) is among the job's figures while
+    it lasts, and absent otherwise."""
+    from commwatch.streams.detect import health
+
+    srv = PageServer(settings.replace(page_port=0), live=False, history=False).start()
+    try:
+        snap = {**health.empty("jp", time.time_ns()), "state": "running", "ranks": 8, "world_size": 8}
+        snap["step"] = {**snap["step"], "iteration": 40, "median_s": 1.0, "paused_s": 23.4}
+        srv.state.feed_health(snap)
+        dom = rendered(f"{srv.url}jobs/jp", tmp_path, lambda dom: "<dt>iteration</dt>" in dom)
+        assert "<dt>paused</dt><dd>23 s, no rank in a call</dd>" in dom
+        srv.state.feed_health({**snap, "ts_ns": snap["ts_ns"] + 1, "step": {**snap["step"], "paused_s": None}})
+        dom = rendered(f"{srv.url}jobs/jp", tmp_path, lambda dom: "<dt>iteration</dt>" in dom)
+        assert "<dt>paused</dt>" not in dom
+    finally:
+        srv.stop()

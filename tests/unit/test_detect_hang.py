@@ -108,6 +108,24 @@ def test_a_hang_right_after_a_checkpoint_waits_for_the_usual_threshold(settings,
     assert run()[1] == []
 
 
+def test_a_job_wide_pause_is_shown_in_the_job_health_while_it_lasts(settings):
+    """The health snapshot (live page, `commwatch status`) says how long a job-wide pause has
+    lasted (every rank idle 5 iterations, nobody inside a call): a checkpoint, told from a hang
+    at a glance; nothing once the job makes progress again."""
+    from commwatch.commands.status import job_lines
+
+    j = _job(settings)
+    j.iteration = 0
+    _timed_steps(j, 10)
+    assert j.det.health("j1")["step"]["paused_s"] is None
+    j.heartbeats(j.now + 20 * S)
+    health = j.det.health("j1")
+    assert 19 <= health["step"]["paused_s"] <= 21 and health["state"] == "running"  # since its last progress
+    assert "paused 20 s" in job_lines(health, False)[0][0]
+    _timed_steps(j, 2)
+    assert j.det.health("j1")["step"]["paused_s"] is None and j.opened() == []
+
+
 def test_node_lost_after_three_silent_periods_and_resolves(settings):
     j = HandJob(settings, {TP: [0, 1, 2, 3], DP: [3, 4, 5]}, NODES)
     steps(j, 4)

@@ -18,7 +18,7 @@ function renderSummary(data) {
     : `No health snapshot received for ${data.age_s === null ? "a while" : fmtAge(data.age_s)}: the job has ended, or its worker is down. What follows is the last one.`;
   if (!h) { document.getElementById("summary").replaceChildren(); return; }
   const step = h.step || {};
-  document.getElementById("summary").replaceChildren(
+  document.getElementById("summary").replaceChildren(...[
     summaryItem("ranks", h.world_size && h.world_size !== h.ranks ? `${h.ranks} of ${h.world_size}` : fmtNum(h.ranks)),
     summaryItem("nodes", fmtNum((h.nodes || []).length)),
     summaryItem("iteration", fmtNum(step.iteration)),
@@ -26,7 +26,8 @@ function renderSummary(data) {
     summaryItem("median step", step.median_s === null || step.median_s === undefined ? "–" : `${fmtNum(step.median_s, 2)} s`),
     summaryItem("communicators", fmtNum((h.comms || []).length)),
     summaryItem("exited ranks", fmtNum((h.exited_ranks || []).length)),
-    summaryItem("updated", data.age_s === null ? "not live" : `${fmtAge(data.age_s)} ago`));
+    step.paused_s ? summaryItem("paused", `${fmtNum(step.paused_s, 0)} s, no rank in a call`) : null,
+    summaryItem("updated", data.age_s === null ? "not live" : `${fmtAge(data.age_s)} ago`)].filter(Boolean));
 }
 
 function openedText(inc, nowNs) {
