@@ -206,8 +206,9 @@ class JobStage:
         if not hold:
             if self._ended(js, now_ns, out):
                 return out
-            self._pauses(js, now_ns)
-            js.threshold_ns = self.threshold_ns(js)
+            step = self.median_step_ns(js)
+            self._pauses(js, now_ns, step)
+            js.threshold_ns = self.threshold_ns(js, step)
             lost = self._node_lost(js, now_ns, out)
             self._hangs(js, now_ns, lost, out)
             self._stalled(js, now_ns, out)
@@ -256,11 +257,11 @@ class JobStage:
     def median_step_ns(self, js: JobState) -> float:
         return js.steps.median_step_s() * 1e9
 
-    def threshold_ns(self, js: JobState) -> float:
+    def threshold_ns(self, js: JobState, step: float) -> float:
         """Hang threshold: the floor, or longer for a job whose ranks normally go long
-        without progress (long steps, a slow stage): its own cadence."""
+        without progress (long steps, a slow stage): its own cadence (`step`: the job's median
+        iteration, ns; 0 when unknown)."""
         s = self.settings
-        step = self.median_step_ns(js)
         return max(s.hang_floor_s * 1e9, s.hang_gap_factor * max(self._gaps(js, step).values(), default=0),
                    s.hang_step_factor * step)
 
@@ -277,7 +278,7 @@ class JobStage:
             gaps = {c: before[c] if before.get(c, g) < g <= top else g for c, g in gaps.items()}
         return gaps
 
-    def _pauses(self, js: JobState, now_ns: int) -> None:
+    def _pauses(self, js: JobState, now_ns: int, step: float) -> None:
         """A job-wide pause (a checkpoint, an evaluation; DOMAIN.md): in a job whose iteration
         time is known, no comm made progress for `PAUSE_STEPS` of its iterations, and nobody
         is inside a call (no wait reported, every comm's calls completed). Its members'
@@ -285,7 +286,6 @@ class JobStage:
         after a 20 s checkpoint waited for a 60 s threshold. Kept: the pause's length, once
         progress resumes, and each comm's gap p99 before it (`_gaps`). In a job whose
         iterations are not known, or are long, a silence that long is its cadence."""
-        step = self.median_step_ns(js)
         if step <= 0 or not js.comms:
             return
         last = max(c["last_ns"] for c in js.comms.values())

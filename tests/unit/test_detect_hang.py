@@ -104,7 +104,7 @@ def test_a_hang_right_after_a_checkpoint_waits_for_the_usual_threshold(settings,
     t, opened = run()
     assert [(i["kind"], i["culprit_ranks"]) for i in opened] == [("hang", [3])]
     assert opened[0]["opened_ns"] - (t - S) <= 7 * S  # its last progress: the iteration before
-    monkeypatch.setattr(JobStage, "_pauses", lambda self, js, now_ns: None)
+    monkeypatch.setattr(JobStage, "_pauses", lambda self, js, now_ns, step: None)
     assert run()[1] == []
 
 
