@@ -69,6 +69,7 @@ MAX_LINK_CHANNELS = 4096  # P2P channels whose transfers are followed, per comm
 LEARN = 0.1
 NOISE_MIN = 2  # members whose ratios' moves are known (`SlowTracker.noise`) before a size's spread is known
 NOISE_MEMBERS = 8  # comms of one stage and size, pooled: their ratios' own spread counts too
+NOISE_OWN = 16  # a comm of this many members knows its own spread (`SlowTracker.noise`)
 
 
 @dataclass
@@ -171,6 +172,13 @@ class CommTiming:
     def share_of(self) -> np.ndarray:
         return self.busy[-1][3] if self.busy else np.zeros(len(self.ranks))
 
+
+def _spread(r: np.ndarray) -> float:
+    """Ratios around their median, as a standard deviation (1.4826 x the median absolute
+    deviation); 0 for fewer than 6."""
+    if len(r) < 6:
+        return 0.0
+    return float(1.4826 * np.median(np.abs(r - np.median(r))))
 
 def dominant(found: dict[int, dict], keep: set[int] = frozenset()) -> dict[int, dict]:
     """Drop ranks whose excess is a small fraction of the largest one's: a large slowdown
@@ -430,10 +438,14 @@ class SlowTracker:
                 groups[r] = members
         return groups
 
-    def noise(self, coords: dict[int, dict]) -> dict[int, float]:
-        """Per comm size, how far a healthy member's window ratio strays from 1 in this job,
-        pooled over the job's comms of that size (the tensor-parallel groups together, the
-        data-parallel ones together: a comm of two members says little alone). Where a
+    def noise(self, coords: dict[int, dict]) -> dict[str, float]:
+        """Per comm, how far a healthy member's window ratio strays from 1 in this job,
+        pooled over the job's comms of its size (the tensor-parallel groups together, the
+        data-parallel ones together: a comm of two members says little alone); a comm of
+        `NOISE_OWN` members or more also knows its own, which counts where it is larger: two
+        comms of one size may do different work (FSDP's all-gathers and reduce-scatters on
+        two comms over the same ranks: the gaps between one's calls hold the other's waits,
+        and stray by 25-35 % where the other's stray by 4 %). Where a
         rank's compute is all its gaps hold, a window's mean over many instances strays by a
         few percent; where they hold more (collectives that overlap compute: DDP's buckets,
         FSDP's prefetched all-gathers), are a few milliseconds long, or ranks' steps vary
@@ -447,31 +459,46 @@ class SlowTracker:
           same work (one pipeline stage, by coordinates) and at least `NOISE_MEMBERS` members
           in all (one slow rank, or a pair, is then a small share): known from the first
           window, and not blind to a rank's step spanning two windows.
-        A size with fewer than `NOISE_MIN` members' moves is absent: its spread is not known yet."""
+        A comm whose size has fewer than `NOISE_MIN` members' moves is absent: its spread is
+        not known yet."""
         moves: dict[int, list[np.ndarray]] = {}
         levels: dict[int, list[np.ndarray]] = {}
         members: dict[int, int] = {}
-        for ct in self.comms.values():
+        own: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
+        for c, ct in self.comms.items():
             n = len(ct.ranks)
             d = ct.ratio_moves()
             if len(d):
                 moves.setdefault(n, []).append(d)
+            lv = None
             stages = {coords[r].get("pp", 0) if r in coords else None for r in ct.ranks}
             if len(stages) == 1 and None not in stages:
                 r = ct.ratios()
                 if r.size:
-                    levels.setdefault(n, []).append(r[np.isfinite(r)])
+                    lv = r[np.isfinite(r)]
+                    levels.setdefault(n, []).append(lv)
                     members[n] = members.get(n, 0) + n
-        out = {}
+            if n >= NOISE_OWN:
+                own[c] = (d, lv)
+        by_size = {}
         for n, parts in moves.items():
             d = np.concatenate(parts)
             if len(d) < NOISE_MIN:
                 continue
-            out[n] = float(np.median(d))
+            by_size[n] = float(np.median(d))
             if members.get(n, 0) >= NOISE_MEMBERS:
-                r = np.concatenate(levels[n])
-                if len(r) >= 6:
-                    out[n] = max(out[n], float(1.4826 * np.median(np.abs(r - np.median(r)))))
+                by_size[n] = max(by_size[n], _spread(np.concatenate(levels[n])))
+        out = {}
+        for c, ct in self.comms.items():
+            v = by_size.get(len(ct.ranks))
+            if v is None:
+                continue
+            d, lv = own.get(c, ((), None))
+            if len(d) >= NOISE_OWN:
+                v = max(v, float(np.median(d)))
+            if lv is not None and len(lv) >= NOISE_OWN:
+                v = max(v, _spread(lv))
+            out[c] = v
         return out
 
     def evaluate(self, now_ns: int, coords: dict[int, dict], world: int, open_ranks: set[int],
@@ -543,7 +570,7 @@ class SlowTracker:
                                start=stamp - int(ct.interval_ns), steady=ct.steady.get(r, 0.0) >= STEADY_SHARE,
                                pause=r not in grouped and self._pause(ct, r, s[0] if s else ratio),
                                tail=None if r in grouped else self._tail(ct, r),
-                               noise=0.0 if r in grouped else noise.get(len(ct.ranks)))
+                               noise=0.0 if r in grouped else noise.get(c))
             if verdict is None:
                 continue
             out[r] = {"ratio": round(ratio, 3), "slowdown": round(ratio - 1.0, 3), "comm": c,

@@ -1,11 +1,18 @@
 """Slow rank vs its victims, clock skew, GC blips, slow links, hardware evidence."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from commwatch import topics
 from commwatch.capture import Message
 from commwatch.messages import validate_incident
 from detect_jobs import MS, S, HandJob, steps
+
+GEN_B = Path(__file__).resolve().parents[1] / "independent" / "jobs" / "gen.py"
 
 TP, DP = 0xA1, 0xB2
 NODES = {0: "n0", 1: "n0", 2: "n0", 3: "n0", 4: "n1", 5: "n1", 6: "n1", 7: "n1"}
@@ -278,6 +285,26 @@ def test_ranks_whose_gaps_are_noisy_alike_are_not_named_and_a_slow_one_still_is(
     steps(j, 100, step=60 * MS, late={0xD0: {5: 45 * MS}})
     assert [i["culprit_ranks"] for i in j.opened("slow_rank")] == [[5]]
 
+
+
+@pytest.mark.parametrize("scenario, culprits", [("fsdp_healthy_gpu_sep", []), ("fsdp_slow2_gpu_sep", [[13]])])
+def test_fsdp_comms_of_one_size_doing_different_work_are_judged_by_their_own_spread(settings, tmp_path, scenario,
+                                                                                  culprits):
+    """Generator B (written apart from the detector) runs FSDP with its all-gathers and
+    reduce-scatters on two comms over the same 32 ranks, GPU-timed: the gaps between one comm's
+    calls hold the other's waits and stray by 25-35 % from window to window, the other's by
+    4 %. Judged by the spread pooled over the comms of their size, 23 ranks of the healthy job
+    were named (P2/P3) in 70 s, one after another, and 14 ranks of the job with a 2x rank. A
+    comm of many members counts its own spread where it is larger."""
+    from commwatch.capture import read_sorted
+    from commwatch.decode import decode_messages
+    from commwatch.streams.detect import Detector
+
+    cap = tmp_path / f"{scenario}.cwcap"
+    subprocess.run([sys.executable, str(GEN_B), scenario, str(cap)], check=True, capture_output=True)
+    msgs = read_sorted(cap)
+    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    assert [e["culprit_ranks"] for e in events if e["kind"] == "slow_rank" and e["status"] == "open"] == culprits
 
 def test_a_tensor_parallel_peer_waiting_on_a_slower_rank_is_not_named_with_it():
     """Generator B's MoE job (TP 2, EP 8): rank 6 computes 2x; its TP peer 7 waits for it inside

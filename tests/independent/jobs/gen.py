@@ -604,6 +604,8 @@ def build(scn):
         'long_slow2_300s':   [('long', 'long-s23', dict(W=16), ('slow', 3, 35.0, 2.0))],
         'long_crash_300s':   [('long', 'long-cr3', dict(W=16, probe='gpu'), ('crash', 9, 45.0))],
         'fsdp_healthy_gpu_sep': [('fsdp', 'fsdp-hgs', dict(W=32, probe='gpu', sep_comm=True), None)],
+        'fsdp_slow13_gpu_sep': [('fsdp', 'fsdp-s13gs', dict(W=32, probe='gpu', sep_comm=True), ('slow', 13, 25.0, 1.3))],
+        'fsdp_slow2_gpu_sep': [('fsdp', 'fsdp-s2gs', dict(W=32, probe='gpu', sep_comm=True), ('slow', 13, 25.0, 2.0))],
         'fsdp_healthy_enq_shared': [('fsdp', 'fsdp-hes', dict(W=32, probe='enq', sep_comm=False), None)],
         'ddp_nccl_healthy_gpu': [('ddp', 'ddpn-h', dict(W=8, probe_override='gpu'), None)],
         'ddp_nccl_healthy_enq': [('ddp', 'ddpn-he', dict(W=8, probe_override='enq'), None)],
