@@ -94,6 +94,7 @@ class CommTiming:
     memo: dict = field(default_factory=dict)  # what is derived from `busy` and `classes`, till they change
     steady: dict = field(default_factory=dict)  # newest window: share of instances each rank was slow in
     tail: dict = field(default_factory=dict)  # newest window: rank -> [instances, ratio] of the slow run ending it
+    spread: float = 0.0  # its own spread, last known (`SlowTracker.noise`)
 
     def changed(self) -> None:
         self.memo.clear()
@@ -445,7 +446,10 @@ class SlowTracker:
         `NOISE_OWN` members or more also knows its own, which counts where it is larger: two
         comms of one size may do different work (FSDP's all-gathers and reduce-scatters on
         two comms over the same ranks: the gaps between one's calls hold the other's waits,
-        and stray by 25-35 % where the other's stray by 4 %). Where a
+        and stray by 25-35 % where the other's stray by 4 %). Its own stands, once known,
+        while too few of its members have figures to know it anew (the comm whose gaps hold
+        the other's waits gives few when a rank slows: its healthy members were then judged by
+        the other's spread, and one was named). Where a
         rank's compute is all its gaps hold, a window's mean over many instances strays by a
         few percent; where they hold more (collectives that overlap compute: DDP's buckets,
         FSDP's prefetched all-gathers), are a few milliseconds long, or ranks' steps vary
@@ -494,11 +498,10 @@ class SlowTracker:
             if v is None:
                 continue
             d, lv = own.get(c, ((), None))
-            if len(d) >= NOISE_OWN:
-                v = max(v, float(np.median(d)))
-            if lv is not None and len(lv) >= NOISE_OWN:
-                v = max(v, _spread(lv))
-            out[c] = v
+            if len(d) >= NOISE_OWN or (lv is not None and len(lv) >= NOISE_OWN):
+                ct.spread = max(float(np.median(d)) if len(d) >= NOISE_OWN else 0.0,
+                                _spread(lv) if lv is not None and len(lv) >= NOISE_OWN else 0.0)
+            out[c] = max(v, ct.spread)
         return out
 
     def evaluate(self, now_ns: int, coords: dict[int, dict], world: int, open_ranks: set[int],
