@@ -22,7 +22,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	.ci/install-test-tools
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
 
 clean:
 	rm -rf $(VENV) build *.egg-info
