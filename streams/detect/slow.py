@@ -181,6 +181,7 @@ def _spread(r: np.ndarray) -> float:
         return 0.0
     return float(1.4826 * np.median(np.abs(r - np.median(r))))
 
+
 def dominant(found: dict[int, dict], keep: set[int] = frozenset()) -> dict[int, dict]:
     """Drop ranks whose excess is a small fraction of the largest one's: a large slowdown
     perturbs its victims (their schedules shift), and what they show is its echo, not a fault

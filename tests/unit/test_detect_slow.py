@@ -286,7 +286,6 @@ def test_ranks_whose_gaps_are_noisy_alike_are_not_named_and_a_slow_one_still_is(
     assert [i["culprit_ranks"] for i in j.opened("slow_rank")] == [[5]]
 
 
-
 @pytest.mark.parametrize("scenario, culprits", [("fsdp_healthy_gpu_sep", []), ("fsdp_slow13_gpu_sep", [[13]])])
 def test_fsdp_comms_of_one_size_doing_different_work_are_judged_by_their_own_spread(settings, tmp_path, scenario,
                                                                                   culprits):
@@ -307,6 +306,7 @@ def test_fsdp_comms_of_one_size_doing_different_work_are_judged_by_their_own_spr
     msgs = read_sorted(cap)
     events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
     assert [e["culprit_ranks"] for e in events if e["kind"] == "slow_rank" and e["status"] == "open"] == culprits
+
 
 def test_a_tensor_parallel_peer_waiting_on_a_slower_rank_is_not_named_with_it():
     """Generator B's MoE job (TP 2, EP 8): rank 6 computes 2x; its TP peer 7 waits for it inside
