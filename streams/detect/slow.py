@@ -23,6 +23,11 @@ its pipeline gaps), the finest holds compute only.
 - Pipeline imbalance: a whole stage computes `IMBALANCE` more than the other stages (compute
   shares: the time outside calls, summed over the stage's comms, over a long horizon), from
   the start and throughout: tuning advice for the stage, not a faulty rank (`advisories`).
+- Where the waiting ends: in a collective comm of `LAG_MEMBERS` or more, a rank is newly
+  named only if its peers wait for it there: its mean arrival lag in the comm's newest window
+  is `LAG_STAND` times their typical one (`_waited_on`). Between back-to-back calls (FSDP's
+  all-gathers, gaps of 2 ms that are launch latency) healthy ranks' ratios stray by 40 %,
+  and a rank 2x there for three windows in a row is chance; its peers do not wait for it.
 - Slow link: a multi-node comm's transfer time (last arrival to completion) rises well
   above its normal for consecutive windows while none of its ranks is slow.
 
@@ -70,6 +75,9 @@ LEARN = 0.1
 NOISE_MIN = 2  # members whose ratios' moves are known (`SlowTracker.noise`) before a size's spread is known
 NOISE_MEMBERS = 8  # comms of one stage and size, pooled: their ratios' own spread counts too
 NOISE_OWN = 16  # a comm of this many members knows its own spread (`SlowTracker.noise`)
+LAG_MEMBERS = 8  # in a collective comm of this many members, a rank newly named slow ...
+LAG_STAND = 4.0  # ... arrives this many times later than its peers typically do (`_waited_on`) ...
+LAG_FLOOR_MS = 0.05  # ... counting their typical lag as this much at least
 
 
 @dataclass
@@ -575,7 +583,7 @@ class SlowTracker:
                                pause=r not in grouped and self._pause(ct, r, s[0] if s else ratio),
                                tail=None if r in grouped else self._tail(ct, r),
                                noise=0.0 if r in grouped else noise.get(c))
-            if verdict is None:
+            if verdict is None or (r not in open_ranks and r not in grouped and not self._waited_on(ct, r)):
                 continue
             out[r] = {"ratio": round(ratio, 3), "slowdown": round(ratio - 1.0, 3), "comm": c,
                       "busy_ms": round(mine, 4), "peers_busy_ms": round(ref, 4),
@@ -591,6 +599,22 @@ class SlowTracker:
                 self.models[r].due = 0
         self.due_ns = min((m.due for m in self.models.values() if m.due), default=0)
         return dominant(out, open_ranks)
+
+    @staticmethod
+    def _waited_on(ct: CommTiming, rank: int) -> bool:
+        """Whether the peers of `rank` wait for it in comm `ct` (the culprit of a slowdown is
+        where the waiting ends): its mean arrival lag in the comm's newest window is
+        `LAG_STAND` times the median of theirs (absolute), in a collective comm of
+        `LAG_MEMBERS` or more (in a smaller one the median is one or two peers). On the
+        bench and generator B's jobs, culprits judged alone in such comms arrived 10-490
+        times later than their peers typically did when first named; the healthy ranks
+        named in noisy FSDP and MoE comms, 2.2-2.5 times. Without lag figures: true."""
+        lags = ct.lag_ms
+        mine = lags.get(rank)
+        if ct.p2p or len(lags) < LAG_MEMBERS or mine is None or not np.isfinite(mine):
+            return True
+        others = np.abs(np.fromiter((v for q, v in lags.items() if q != rank), np.float64))
+        return bool(mine >= LAG_STAND * max(float(np.nanmedian(others)), LAG_FLOOR_MS))
 
     def _still_blind(self, r: int, was: str) -> bool:
         """Whether rank `r`, with no figure in its finer comm `was` now, is left unjudged: until
