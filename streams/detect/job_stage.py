@@ -41,7 +41,7 @@ from commwatch.streams.detect import health, waits
 from commwatch.streams.detect.comm_stage import QUIET_NS
 from commwatch.streams.detect.incidents import IncidentBook
 from commwatch.streams.detect.slow import SlowTracker
-from commwatch.streams.detect.steps import StepTracker
+from commwatch.streams.detect.steps import LOCAL_LOSS, StepTracker
 
 TICK_NS = 250_000_000
 SLOW_EVAL_NS = 500_000_000
@@ -628,6 +628,10 @@ class JobStage:
             else:
                 found[r] = ev
         loss = js.steps.slowdown()
+        if not found and loss is not None and loss >= LOCAL_LOSS:
+            # the job slower than its baseline and nothing else explains it: a rank alone slower
+            # in the phase it computes apart does; it costs the job what the job lost
+            found = {r: {**ev, "impact": loss} for r, ev in js.steps.local_verdicts.items()}
         clocks = self._sm_clocks(js)
         med_clock = statistics.median(clocks.values()) if len(clocks) >= 2 else 0.0
         for key, ranks, ev in self._slow_units(js, found, hung):

@@ -38,6 +38,7 @@ UNIFORM = 1.15  # phases stretched alike (largest ratio over smallest at most th
 ALIKE_MIN_SHARE = 0.02  # ... counting phases down to this share of the step (a short forward too)
 ALIKE_RATIO = 1.4  # ... each at least this much: one iteration decides
 WHOLE_ALIKE = 0.5  # a TP group is slow as a whole when its least slow member's local excess is this share of the most's
+LOCAL_LOSS = 0.05  # the job's steps this much over its baseline, nothing else explaining it: a rank alone slower in `LOCAL_PHASE` does
 
 
 class StepTracker:
@@ -57,6 +58,9 @@ class StepTracker:
         self.verdicts: dict[int, dict] = {}
         self.fresh = False
         self.spread: deque = deque(maxlen=KEEP_ITERATIONS)  # per judged iteration, (rank, phase) -> its ratio
+        self.local_models: dict[int, RankModel] = {}
+        self.local_spread: deque = deque(maxlen=KEEP_ITERATIONS)  # per judged iteration, rank -> its `LOCAL_PHASE` ratio
+        self.local_verdicts: dict[int, dict] = {}  # ranks alone slower in `LOCAL_PHASE` now (`_judge_local`)
 
     def add(self, msg: dict) -> None:
         it, rank = msg["iteration"], msg["rank"]
@@ -114,15 +118,7 @@ class StepTracker:
         the kept iterations scaled to a standard deviation (`RANGE_SIGMAS`), the median
         over them. A rank that stands apart in every iteration (slow from the start) moves
         little. None under two of them (not known yet)."""
-        per: dict[tuple[int, str], list[float]] = {}
-        for it in self.spread:
-            for key, v in it.items():
-                per.setdefault(key, []).append(v)
-        moves = [(max(vs) - min(vs)) / RANGE_SIGMAS[min(len(vs), len(RANGE_SIGMAS) - 1)]
-                 for vs in per.values() if len(vs) >= 2]
-        if len(moves) < 2:
-            return None
-        return float(statistics.median(moves))
+        return _moves(self.spread)
 
     @staticmethod
     def _conclusive(stretched: list[float], grouped: bool) -> bool:
@@ -244,6 +240,58 @@ class StepTracker:
                 out[r]["group"] = "tp:" + ",".join(f"{k}={v}" for k, v in groups_of[r])
         verdicts = out
         self.verdicts = verdicts
+        self._judge_local(it, got, coords, open_ranks, step)
+
+    def _judge_local(self, it: int, got: dict, coords: dict[int, dict], open_ranks: set[int], step: float) -> None:
+        """Ranks alone slower in `LOCAL_PHASE`, the phase a rank computes apart from its peers
+        (no collective waits in it), per stage: a slower device's forward and backward can be
+        hidden, every peer waiting for it inside them (MoE's all-to-alls under a host-enqueue
+        probe: every rank's phases alike, its collectives untimed), while its local phase
+        shows it. That phase is short (a few % of a step: no cost of its own), so it names a
+        rank only to explain a job measurably slower than its own baseline (`job_stage.py`,
+        `LOCAL_LOSS`); judged by the rank model against the phase's own spread."""
+        stages: dict[int, list[int]] = {}
+        for r in got:
+            stages.setdefault(int(coords.get(r, {}).get("pp", 0)), []).append(r)
+        ratios: dict[int, float] = {}
+        for members in stages.values():
+            local = self._local_ratios(got, members)
+            over = [r for r, x in local.items() if x >= 1 + self.slow_impact]
+            if len(over) > 1:  # not one straggler: a slow group, or uneven work
+                local = {r: x for r, x in local.items() if r not in over}
+            ratios.update(local)
+        if ratios:
+            self.local_spread.append(ratios)
+        noise = _moves(self.local_spread)
+        out = {}
+        for r, ratio in ratios.items():
+            m = self.local_models.get(r)
+            if m is None:
+                m = self.local_models[r] = RankModel(self.model_kind, self.slow_impact, self.slow_windows)
+            onset = m.update(ratio, self.last_end_ns, self.last_end_ns, held=r in open_ranks, noise=noise)
+            if onset is None or len(self.durations) <= WARMUP:
+                continue
+            mine = got[r][1][LOCAL_PHASE]
+            out[r] = {"ratio": round(ratio, 3), "slowdown": round(ratio - 1.0, 3), "iteration": it,
+                      "phase": LOCAL_PHASE, "phase_ms": round(mine, 3), "peers_phase_ms": round(mine / ratio, 3),
+                      "impact": 0.0, "onset_ns": int(onset - step * 1e9), "signal": "phases"}
+        for r in [r for r in self.local_models if r not in ratios and r not in open_ranks]:
+            self.local_models[r].idle()
+        self.local_verdicts = out
+
+
+def _moves(spread: deque) -> float | None:
+    """Per key (a rank, or a rank and phase), the range of its ratios over the kept iterations
+    scaled to a standard deviation (`RANGE_SIGMAS`); the median over keys (None under two)."""
+    per: dict = {}
+    for it in spread:
+        for key, v in it.items():
+            per.setdefault(key, []).append(v)
+    moves = [(max(vs) - min(vs)) / RANGE_SIGMAS[min(len(vs), len(RANGE_SIGMAS) - 1)]
+             for vs in per.values() if len(vs) >= 2]
+    if len(moves) < 2:
+        return None
+    return float(statistics.median(moves))
 
 
 def _medians_of_others(values: list[float]) -> list[float]:

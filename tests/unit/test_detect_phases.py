@@ -228,3 +228,27 @@ def test_phases_decide_while_the_collectives_see_the_rank_slow_but_have_not_deci
     assert [e["culprit_ranks"] for e in opened] == [truth[0]["ranks"]]
     assert opened[0]["evidence"]["signal"] == "phases"
     assert opened[0]["ts_ns"] - truth[0]["onset_ns"] <= 2.2 * S  # 1.7 s; 3.1 s if the phases waited for the collectives
+
+
+def test_a_rank_slower_only_in_the_phase_it_computes_apart_is_kept_for_a_job_that_slows():
+    """Every peer waits for rank 6 inside forward and backward (MoE's all-to-alls), so their
+    phases are alike; only the optimizer, computed apart, shows it 1.3x. That phase is a few %
+    of a step: it names nobody by itself (`verdicts`), and is kept to explain a job that is
+    slower than its baseline (`local_verdicts`, `job_stage.LOCAL_LOSS`). Two ranks slower
+    there are no lone straggler."""
+    def tracker(slow):
+        coords = {r: {"tp": 0, "pp": 0, "dp": r} for r in range(8)}
+        st = StepTracker(slow_impact=0.1, slow_windows=2, model="numpy")
+        for it in range(12):
+            t0 = it * S
+            for r in range(8):
+                opt = 39.0 if r in slow and it >= 5 else 30.0 + 0.3 * ((r + it) % 3)
+                st.add({"v": 1, "job": "j", "rank": r, "iteration": it, "t_start_ns": t0, "t_end_ns": t0 + S,
+                        "phases": {"forward_ms": 350.0, "backward_ms": 500.0, "optimizer_ms": opt}})
+            st.evaluate((it + 1) * S, coords, set())
+        return st
+
+    st = tracker({6})
+    assert st.verdicts == {} and set(st.local_verdicts) == {6}
+    assert st.local_verdicts[6]["phase"] == "optimizer_ms" and st.local_verdicts[6]["ratio"] >= 1.25
+    assert tracker(set()).local_verdicts == {} and tracker({2, 6}).local_verdicts == {}

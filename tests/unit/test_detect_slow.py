@@ -324,6 +324,17 @@ def test_a_rank_its_peers_do_not_wait_for_is_not_named_slow(settings, tmp_path, 
     assert _gen_b_slow_ranks(settings, tmp_path, scenario) == culprits
 
 
+@pytest.mark.parametrize("scenario, culprits", [("moe_slow13_enq", [[5]]), ("moe_healthy_enq", [])])
+def test_a_rank_whose_waits_hide_it_is_named_by_the_phase_it_computes_apart_when_the_job_slows(
+        settings, tmp_path, scenario, culprits):
+    """Generator B's MoE job (TP 2, EP 8) under a host-enqueue probe, rank 5 1.3x from 25 s:
+    its collectives carry no timing and every peer waits for it inside the all-to-alls, so all
+    forward and backward phases stay alike; its optimizer phase (3 % of a step) is 1.3x its
+    peers' and the job's steps 5-8 % over its baseline. It was missed; now it is named (P3),
+    and the healthy job of that layout names nobody."""
+    assert _gen_b_slow_ranks(settings, tmp_path, scenario) == culprits
+
+
 def test_the_culprit_is_the_rank_its_peers_wait_for():
     """A rank newly named slow in a collective comm of 8 or more arrives there `LAG_STAND`
     times later than its peers typically do; in smaller comms and pipeline comms the rule
