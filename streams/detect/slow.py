@@ -72,7 +72,7 @@ LINK_GRACE = 3
 P2P_LINK_MIN_MS = 0.2  # a P2P transfer (one message, both ends' own clocks) is a cleaner figure than a collective's
 MAX_LINK_CHANNELS = 4096  # P2P channels whose transfers are followed, per comm
 LEARN = 0.1
-NOISE_MIN = 2  # members whose ratios' moves are known (`SlowTracker.noise`) before a size's spread is known
+NOISE_MIN = 2  # members whose ratios' moves are known (`SlowTracker.noise`) before a kind's spread is known
 NOISE_MEMBERS = 8  # comms of one stage and size, pooled: their ratios' own spread counts too
 NOISE_OWN = 16  # a comm of this many members knows its own spread (`SlowTracker.noise`)
 LAG_MEMBERS = 8  # in a collective comm of this many members, a rank newly named slow ...
@@ -103,9 +103,19 @@ class CommTiming:
     steady: dict = field(default_factory=dict)  # newest window: share of instances each rank was slow in
     tail: dict = field(default_factory=dict)  # newest window: rank -> [instances, ratio] of the slow run ending it
     spread: float = 0.0  # its own spread, last known (`SlowTracker.noise`)
+    _kind: tuple | None = None
 
     def changed(self) -> None:
         self.memo.clear()
+
+    def kind(self) -> tuple:
+        """Comms of one kind: the same size and the same strides between their members' ranks
+        (the tensor-parallel groups, the data-parallel ones, ...: comms of one size may do
+        different work)."""
+        if self._kind is None:
+            srt = sorted(self.ranks)
+            self._kind = (len(srt), tuple(b - a for a, b in zip(srt, srt[1:])))
+        return self._kind
 
     def _memo(self, name: str, latest: bool, fn):
         key = (name, latest)
@@ -450,10 +460,12 @@ class SlowTracker:
 
     def noise(self, coords: dict[int, dict]) -> dict[str, float]:
         """Per comm, how far a healthy member's window ratio strays from 1 in this job,
-        pooled over the job's comms of its size (the tensor-parallel groups together, the
-        data-parallel ones together: a comm of two members says little alone); a comm of
-        `NOISE_OWN` members or more also knows its own, which counts where it is larger: two
-        comms of one size may do different work (FSDP's all-gathers and reduce-scatters on
+        pooled over the job's comms of its kind (`CommTiming.kind`: the tensor-parallel groups
+        together, the data-parallel ones together: a comm of two members says little alone,
+        and comms of one size may do different work: a job whose data-parallel calls overlap
+        backward on a second stream has their gaps stray by tens of percent, its
+        tensor-parallel ones', of the same size, by a few); a comm of `NOISE_OWN` members or more also knows its own, which counts
+        where it is larger: two comms over the same ranks may do different work (FSDP's all-gathers and reduce-scatters on
         two comms over the same ranks: the gaps between one's calls hold the other's waits,
         and stray by 25-35 % where the other's stray by 4 %). Its own stands, once known,
         while too few of its members have figures to know it anew (the comm whose gaps hold
@@ -472,38 +484,38 @@ class SlowTracker:
           same work (one pipeline stage, by coordinates) and at least `NOISE_MEMBERS` members
           in all (one slow rank, or a pair, is then a small share): known from the first
           window, and not blind to a rank's step spanning two windows.
-        A comm whose size has fewer than `NOISE_MIN` members' moves is absent: its spread is
+        A comm whose kind has fewer than `NOISE_MIN` members' moves is absent: its spread is
         not known yet."""
-        moves: dict[int, list[np.ndarray]] = {}
-        levels: dict[int, list[np.ndarray]] = {}
-        members: dict[int, int] = {}
+        moves: dict[tuple, list[np.ndarray]] = {}
+        levels: dict[tuple, list[np.ndarray]] = {}
+        members: dict[tuple, int] = {}
         own: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
         for c, ct in self.comms.items():
-            n = len(ct.ranks)
+            kind = ct.kind()
             d = ct.ratio_moves()
             if len(d):
-                moves.setdefault(n, []).append(d)
+                moves.setdefault(kind, []).append(d)
             lv = None
             stages = {coords[r].get("pp", 0) if r in coords else None for r in ct.ranks}
             if len(stages) == 1 and None not in stages:
                 r = ct.ratios()
                 if r.size:
                     lv = r[np.isfinite(r)]
-                    levels.setdefault(n, []).append(lv)
-                    members[n] = members.get(n, 0) + n
-            if n >= NOISE_OWN:
+                    levels.setdefault(kind, []).append(lv)
+                    members[kind] = members.get(kind, 0) + len(ct.ranks)
+            if len(ct.ranks) >= NOISE_OWN:
                 own[c] = (d, lv)
-        by_size = {}
-        for n, parts in moves.items():
+        by_kind = {}
+        for kind, parts in moves.items():
             d = np.concatenate(parts)
             if len(d) < NOISE_MIN:
                 continue
-            by_size[n] = float(np.median(d))
-            if members.get(n, 0) >= NOISE_MEMBERS:
-                by_size[n] = max(by_size[n], _spread(np.concatenate(levels[n])))
+            by_kind[kind] = float(np.median(d))
+            if members.get(kind, 0) >= NOISE_MEMBERS:
+                by_kind[kind] = max(by_kind[kind], _spread(np.concatenate(levels[kind])))
         out = {}
         for c, ct in self.comms.items():
-            v = by_size.get(len(ct.ranks))
+            v = by_kind.get(ct.kind())
             if v is None:
                 continue
             d, lv = own.get(c, ((), None))

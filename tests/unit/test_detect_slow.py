@@ -13,6 +13,7 @@ from commwatch.messages import validate_incident
 from detect_jobs import MS, S, HandJob, steps
 
 GEN_B = Path(__file__).resolve().parents[1] / "independent" / "jobs" / "gen.py"
+GEN_C = Path(__file__).resolve().parents[1] / "independent" / "realworld" / "gen.py"
 
 TP, DP = 0xA1, 0xB2
 NODES = {0: "n0", 1: "n0", 2: "n0", 3: "n0", 4: "n1", 5: "n1", 6: "n1", 7: "n1"}
@@ -312,6 +313,36 @@ def _gen_b_slow_ranks(settings, tmp_path, scenario: str) -> list[list[int]]:
     msgs = read_sorted(cap)
     events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
     return [e["culprit_ranks"] for e in events if e["kind"] == "slow_rank" and e["status"] == "open"]
+
+
+def _gen_c_slow_ranks(settings, tmp_path, scenario: str) -> list[list[int]]:
+    """The third generator's (`tests/independent/realworld`) job `scenario` through the
+    detector core: the ranks of each slow_rank incident opened."""
+    from commwatch.capture import read_sorted
+    from commwatch.decode import decode_messages
+    from commwatch.streams.detect import Detector
+
+    subprocess.run([sys.executable, str(GEN_C), "--out", str(tmp_path), scenario], check=True, capture_output=True)
+    msgs = read_sorted(next(tmp_path.glob(f"{scenario}*.cwcap")))
+    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    return [e["culprit_ranks"] for e in events if e["kind"] == "slow_rank" and e["status"] == "open"]
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_comms_of_one_size_doing_different_work_are_judged_by_their_own_kinds_spread(
+        settings, tmp_path, monkeypatch, drill):
+    """The third generator's healthy Megatron job (TP 4, PP 2, DP 4, GPU-timed) reduces its
+    gradients on a second stream, overlapping backward: the gaps between its data-parallel
+    calls hold waits of the compute stream, and stray from window to window by tens of
+    percent, the tensor-parallel ones by 1-3 %. Both are comms of 4: pooled by size, their
+    spread was the quiet one's, and whole replicas were named (P1) in 60 s. Pooled by kind
+    (size and strides between members), nobody. Drill: pooled by size."""
+    from commwatch.streams.detect.slow import CommTiming
+
+    if drill:
+        monkeypatch.setattr(CommTiming, "kind", lambda self: len(self.ranks))
+    named = _gen_c_slow_ranks(settings, tmp_path, "s01b")
+    assert (named != []) is drill
 
 
 @pytest.mark.parametrize("scenario, culprits", [("fsdp_slow13_nopause", [[13]]), ("fsdp_commhang", [])])
