@@ -4,7 +4,10 @@ per process; a fresh database per test)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +62,23 @@ def ch_client(ch_settings):
     client = clickhouse_client(ch_settings)
     yield client
     client.command(f"DROP DATABASE IF EXISTS {ch_settings.clickhouse_database}")
+
+
+@pytest.fixture(scope="session")
+def gen_c(tmp_path_factory):
+    """A capture of the third independent generator (`tests/independent/realworld`): its
+    scenario by name prefix, drawn with a base seed (its default 1000), generated once per
+    session (a drill replays it again)."""
+    gen = Path(__file__).resolve().parent / "independent" / "realworld" / "gen.py"
+    folder = tmp_path_factory.mktemp("gen_c")
+
+    def capture(scenario: str, seed: int = 1000) -> Path:
+        out = folder / str(seed)
+        found = list(out.glob(f"{scenario}*.cwcap"))
+        if not found:
+            subprocess.run([sys.executable, str(gen), "--out", str(out), "--seed", str(seed), scenario], check=True,
+                           capture_output=True)
+            found = list(out.glob(f"{scenario}*.cwcap"))
+        return found[0]
+
+    return capture

@@ -46,7 +46,7 @@ import numpy as np
 from commwatch.streams.detect.medians import RANGE_SIGMAS
 from commwatch.streams.detect.medians import nanmedian as _nanmedian
 from commwatch.streams.detect.medians import others_median as _others_median
-from commwatch.streams.detect.rank_model import FAST_RATIO, RankModel
+from commwatch.streams.detect.rank_model import FAST_RATIO, NOISY, RankModel
 
 FRESH_WINDOWS = 4.0  # a comm's window older than this many of its own intervals (and 5 s) is stale
 BUSY_WINDOWS = 4  # a rank's busy gaps: pooled over this many latest windows of a comm
@@ -78,6 +78,7 @@ NOISE_OWN = 16  # a comm of this many members knows its own spread (`SlowTracker
 LAG_MEMBERS = 8  # in a collective comm of this many members, a rank newly named slow ...
 LAG_STAND = 4.0  # ... arrives this many times later than its peers typically do (`_waited_on`) ...
 LAG_FLOOR_MS = 0.05  # ... counting their typical lag as this much at least
+FINE_SHARE = 0.25  # a comm whose intervals are at most this share of a step shows what a rank computes (`_normal_elsewhere`)
 
 
 @dataclass
@@ -595,7 +596,8 @@ class SlowTracker:
                                pause=r not in grouped and self._pause(ct, r, s[0] if s else ratio),
                                tail=None if r in grouped else self._tail(ct, r),
                                noise=0.0 if r in grouped else noise.get(c))
-            if verdict is None or (r not in open_ranks and r not in grouped and not self._waited_on(ct, r)):
+            if verdict is None or (r not in open_ranks and r not in grouped and (
+                    not self._waited_on(ct, r) or self._normal_elsewhere(r, c, verdict, short, noise))):
                 continue
             out[r] = {"ratio": round(ratio, 3), "slowdown": round(ratio - 1.0, 3), "comm": c,
                       "busy_ms": round(mine, 4), "peers_busy_ms": round(ref, 4),
@@ -627,6 +629,35 @@ class SlowTracker:
             return True
         others = np.abs(np.fromiter((v for q, v in lags.items() if q != rank), np.float64))
         return bool(mine >= LAG_STAND * max(float(np.nanmedian(others)), LAG_FLOOR_MS))
+
+    def _normal_elsewhere(self, rank: int, judged: str, onset: int, short: dict[str, dict[int, tuple]],
+                          noise: dict[str, float]) -> bool:
+        """Whether `rank`, found slow in comm `judged` (hot since `onset`), computes like its
+        peers (within half `slow_impact`) between the calls of another collective comm of its,
+        in that comm's latest window, begun after the onset: a slow rank computes slower
+        wherever its intervals are compute (the culprit is late in every group it belongs to),
+        while a rank judged in a comm whose intervals hold waits in another comm's calls (its
+        tensor-parallel peer's, a neighbour stage's) looks slow there only. The other comm must
+        be quiet (its spread known and under `NOISY`), and its peers compute between its calls
+        (`MIN_BUSY_MS`) for at most `FINE_SHARE` of a step (without iteration timings, of the
+        rank's longest intervals): intervals that span an iteration hold every wait of it, and
+        are alike for every member of a job in lockstep. The third generator's jobs: a 1.4-1.5x
+        rank's tensor-parallel peer, and the next stage's rank, judged between pipeline,
+        context-parallel or data-parallel calls (their gaps hold the waits), were named with it
+        (a P1 among them); between their tensor-parallel calls they computed 0.65-1.0x their
+        peers."""
+        step_ms = self.step_ns / 1e6 or max((res[rank][2] for res in short.values() if rank in res), default=0.0)
+        for c, res in short.items():
+            v = res.get(rank)
+            ct = self.comms.get(c)
+            if c == judged or v is None or ct is None or ct.p2p or not MIN_BUSY_MS <= v[2] <= FINE_SHARE * step_ms:
+                continue
+            spread = noise.get(c)
+            if spread is None or spread > NOISY or ct.ts_ns - ct.interval_ns < onset:
+                continue
+            if v[0] <= 1.0 + self.slow_impact / 2:
+                return True
+        return False
 
     def _still_blind(self, r: int, was: str) -> bool:
         """Whether rank `r`, with no figure in its finer comm `was` now, is left unjudged: until

@@ -13,7 +13,6 @@ from commwatch.messages import validate_incident
 from detect_jobs import MS, S, HandJob, steps
 
 GEN_B = Path(__file__).resolve().parents[1] / "independent" / "jobs" / "gen.py"
-GEN_C = Path(__file__).resolve().parents[1] / "independent" / "realworld" / "gen.py"
 
 TP, DP = 0xA1, 0xB2
 NODES = {0: "n0", 1: "n0", 2: "n0", 3: "n0", 4: "n1", 5: "n1", 6: "n1", 7: "n1"}
@@ -304,33 +303,25 @@ def test_fsdp_comms_of_one_size_doing_different_work_are_judged_by_their_own_spr
 def _gen_b_slow_ranks(settings, tmp_path, scenario: str) -> list[list[int]]:
     """Generator B's job `scenario` through the detector core: the ranks of each slow_rank
     incident opened."""
-    from commwatch.capture import read_sorted
-    from commwatch.decode import decode_messages
-    from commwatch.streams.detect import Detector
-
     cap = tmp_path / f"{scenario}.cwcap"
     subprocess.run([sys.executable, str(GEN_B), scenario, str(cap)], check=True, capture_output=True)
-    msgs = read_sorted(cap)
-    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
-    return [e["culprit_ranks"] for e in events if e["kind"] == "slow_rank" and e["status"] == "open"]
+    return _slow_ranks_of(settings, cap)
 
 
-def _gen_c_slow_ranks(settings, tmp_path, scenario: str) -> list[list[int]]:
-    """The third generator's (`tests/independent/realworld`) job `scenario` through the
-    detector core: the ranks of each slow_rank incident opened."""
+def _slow_ranks_of(settings, cap: Path) -> list[list[int]]:
+    """A capture through the detector core: the ranks of each slow_rank incident opened."""
     from commwatch.capture import read_sorted
     from commwatch.decode import decode_messages
     from commwatch.streams.detect import Detector
 
-    subprocess.run([sys.executable, str(GEN_C), "--out", str(tmp_path), scenario], check=True, capture_output=True)
-    msgs = read_sorted(next(tmp_path.glob(f"{scenario}*.cwcap")))
+    msgs = read_sorted(cap)
     events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
     return [e["culprit_ranks"] for e in events if e["kind"] == "slow_rank" and e["status"] == "open"]
 
 
 @pytest.mark.parametrize("drill", [False, True])
 def test_comms_of_one_size_doing_different_work_are_judged_by_their_own_kinds_spread(
-        settings, tmp_path, monkeypatch, drill):
+        settings, gen_c, monkeypatch, drill):
     """The third generator's healthy Megatron job (TP 4, PP 2, DP 4, GPU-timed) reduces its
     gradients on a second stream, overlapping backward: the gaps between its data-parallel
     calls hold waits of the compute stream, and stray from window to window by tens of
@@ -341,8 +332,21 @@ def test_comms_of_one_size_doing_different_work_are_judged_by_their_own_kinds_sp
 
     if drill:
         monkeypatch.setattr(CommTiming, "kind", lambda self: len(self.ranks))
-    named = _gen_c_slow_ranks(settings, tmp_path, "s01b")
-    assert (named != []) is drill
+    assert (_slow_ranks_of(settings, gen_c("s01b")) != []) is drill
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_rank_computing_like_its_peers_between_its_tp_calls_is_not_named(settings, gen_c, monkeypatch, drill):
+    """The third generator's job with context parallelism (TP 2, CP 2), rank 10 1.4x from 20 s:
+    its tensor-parallel peer 11 is judged between its context-parallel calls, whose gaps hold
+    its waits for rank 10 inside their TP calls (1.35x its CP peer), and was named at P1; between
+    their TP calls it computes 0.72x rank 10, as its peers do. Only the culprit is named. Drill:
+    without the rule, rank 11 too."""
+    from commwatch.streams.detect.slow import SlowTracker
+
+    if drill:
+        monkeypatch.setattr(SlowTracker, "_normal_elsewhere", lambda *a: False)
+    assert _slow_ranks_of(settings, gen_c("s13b")) == ([[10], [11]] if drill else [[10]])
 
 
 @pytest.mark.parametrize("scenario, culprits", [("fsdp_slow13_nopause", [[13]]), ("fsdp_commhang", [])])

@@ -78,10 +78,13 @@ def test_a_slow_node_is_named_by_its_phases_when_its_calls_carry_no_timing(setti
 def test_a_slow_ranks_tp_peer_is_not_named_after_checkpoints(settings, monkeypatch, sticky):
     # rank 9 is 1.4x slow; checkpoints of 10-20 s every 15 iterations. Drill: a rank judged
     # in whichever comm has the shortest gaps now (not the shortest they have been) moves to
-    # a coarser comm after a checkpoint, where its TP peer (8) waits on rank 9 in its gaps
+    # a coarser comm after a checkpoint, where its TP peer (8) waits on rank 9 in its gaps (and
+    # without the rule that also guards it: a rank computing like its peers between its TP
+    # calls is not named, `_normal_elsewhere`)
     if not sticky:
         forgetful = property(lambda self: {}, lambda self, v: None)
         monkeypatch.setattr(slow.SlowTracker, "low_busy", forgetful, raising=False)
+        monkeypatch.setattr(slow.SlowTracker, "_normal_elsewhere", lambda *a: False)
     cfg = jm.JobConfig(job="ck", tp=2, pp=2, dp=4, duration_s=120.0, seed=1447, checkpoint_every=15,
                        checkpoint_s=(10.0, 20.0), faults=(jm.SlowGpu(9, 1.4, 15.0),))
     opened, _ = _incidents(settings, cfg)
@@ -111,8 +114,10 @@ def test_gc_pauses_of_a_healthy_job_name_nobody(settings, monkeypatch, typical):
     # 32 ranks, each pausing 0.05-1 s 0.03 times a second: a 1 s pause fills one window, in
     # which the rank has too few instances to count how many were slow. Drill: a pause told
     # only by that count (unknown here) makes two hot windows, and a slow rank (the job's
-    # spread left out of the thresholds: with it, the pauses' windows are not both hot)
+    # spread left out of the thresholds: with it, the pauses' windows are not both hot; and the
+    # rule that a rank computing like its peers in another comm is not named, `_normal_elsewhere`)
     if not typical:
+        monkeypatch.setattr(slow.SlowTracker, "_normal_elsewhere", lambda *a: False)
         monkeypatch.setattr(slow.SlowTracker, "_pause",
                             lambda self, ct, r, short: short >= 1.5 and ct.steady.get(r, 1.0) < slow.PAUSE_SHARE)
         monkeypatch.setattr(rank_model, "NOISE_K", 0.0)

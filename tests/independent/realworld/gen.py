@@ -1721,9 +1721,9 @@ def build(spec, seed):
     return build_gloo(spec['name'], seed, cfg)
 
 
-def run_scenario(spec, idx, outdir):
+def run_scenario(spec, idx, outdir, base_seed=1000):
     t_wall = time.time()
-    seed = 1000 + idx * 17
+    seed = base_seed + idx * 17
     J = build(spec, seed)
     sc = dict(spec)
     sc['duration'] = J.cfg['duration']
@@ -1803,6 +1803,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--out', default='caps')
     ap.add_argument('--list', action='store_true')
+    ap.add_argument('--seed', type=int, default=1000, help='base seed (another draw of every scenario)')
     ap.add_argument('names', nargs='*')
     a = ap.parse_args()
     if a.list:
@@ -1814,7 +1815,7 @@ def main():
     for i, s in enumerate(SCENARIOS):
         if a.names and not any(s['name'].startswith(n) for n in a.names):
             continue
-        t = run_scenario(s, i, a.out)
+        t = run_scenario(s, i, a.out, a.seed)
         g = t['generator']
         print('%-36s %4d ranks %7d records %6d lines iters %s  %5.1fs  %s' % (
             s['name'], t['ranks'], g['stats']['call_records'], g['stats']['lines'],

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Generate every "realworld" scenario, replay it through commwatch, score strictly.
-#   bash tests/independent/realworld/run_all.sh [SCENARIO-PREFIX ...]
+#   [SEED=N] bash tests/independent/realworld/run_all.sh [SCENARIO-PREFIX ...]
 # Writes caps/ (captures, truths, alerts, replay stderr) and results.md / results.json
 # next to this script. Runs niced: the machine is shared.
 set -euo pipefail
@@ -12,7 +12,7 @@ CAPS="$HERE/caps"
 mkdir -p "$CAPS"
 t0=$(date +%s)
 
-nice -n 10 "$PY" "$HERE/gen.py" --out "$CAPS" "$@" | tee "$CAPS/gen.log"
+nice -n 10 "$PY" "$HERE/gen.py" --out "$CAPS" --seed "${SEED:-1000}" "$@" | tee "$CAPS/gen.log"
 t1=$(date +%s)
 
 pairs=()
