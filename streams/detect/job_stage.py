@@ -574,8 +574,12 @@ class JobStage:
         return out
 
     @staticmethod
-    def _slow_open(js: JobState) -> set[int]:
-        return {r for inc in js.book.of_kind("slow_rank") for r in inc.culprit_ranks}
+    def _slow_open(js: JobState, rates: bool = False) -> set[int]:
+        """Ranks named by open slow-rank incidents; `rates`: only those named for computing
+        slower (the rate models hold them), not for stalls (`SlowTracker.stalls`: the rate
+        models took each stall for a pause, and would hold the figures it inflates)."""
+        return {r for inc in js.book.of_kind("slow_rank") for r in inc.culprit_ranks
+                if not rates or inc.evidence.get("signal") != "stalls"}
 
     @staticmethod
     def _slow_units(js: JobState, found: dict[int, dict], hung: set[int]) -> list[tuple[tuple, list[int], dict]]:
@@ -614,7 +618,7 @@ class JobStage:
         straggler, reported) and counts the stage-imbalance advisories' evaluations (a steady
         pace keeps that count a measure of time)."""
         hung = set(js.book.open[("hang",)].culprit_ranks) if ("hang",) in js.book.open else set()
-        held = self._slow_open(js)
+        held = self._slow_open(js, rates=True)
         world = js.world_size or len(self._ranks(js))
         js.slow.step_ns = self.median_step_ns(js)
         in_use = {c: r["members"] for c, r in js.comms.items() if r.get("active")}
@@ -627,6 +631,8 @@ class JobStage:
                 found[r]["phases"] = ev
             else:
                 found[r] = ev
+        for r, ev in js.slow.stalls(now_ns).items():
+            found.setdefault(r, ev)  # a rank found slow otherwise is that; one that stalls again and again, this
         loss = js.steps.slowdown()
         if not found and loss is not None and loss >= LOCAL_LOSS:
             # the job slower than its baseline and nothing else explains it: a rank alone slower
@@ -655,7 +661,12 @@ class JobStage:
                 else "computing between calls"
             nodes = self.nodes_of(js, ranks)
             pct = max(0.0, ev["slowdown"]) * 100  # a resolving incident's figure may dip under its peers'
-            if len(ranks) == 1:
+            if ev.get("signal") == "stalls":
+                who = (f"rank{'s' if len(ranks) > 1 else ''} {_span(ranks)} stall{'' if len(ranks) > 1 else 's'} outside "
+                       f"every call, {ev['stall_ms'] / 1e3:.2f} s at a time, every ~{ev['every_s']:.1f} s "
+                       f"({ev['stalls']} times lately: a data loader or host hiccup?)")
+                where = "its peers wait in their next call"
+            elif len(ranks) == 1:
                 who = f"rank {ranks[0]} is {pct:.0f}% slower than the ranks doing the same work"
             else:
                 who = (f"ranks {_span(ranks)} ({', '.join(nodes[:4])}{'...' if len(nodes) > 4 else ''}) are "

@@ -47,6 +47,7 @@ from commwatch.streams.detect.medians import RANGE_SIGMAS
 from commwatch.streams.detect.medians import nanmedian as _nanmedian
 from commwatch.streams.detect.medians import others_median as _others_median
 from commwatch.streams.detect.rank_model import FAST_RATIO, NOISY, RankModel
+from commwatch.streams.detect.windows import STALL_TYPICAL
 
 FRESH_WINDOWS = 4.0  # a comm's window older than this many of its own intervals (and 5 s) is stale
 BUSY_WINDOWS = 4  # a rank's busy gaps: pooled over this many latest windows of a comm
@@ -79,6 +80,9 @@ LAG_MEMBERS = 8  # in a collective comm of this many members, a rank newly named
 LAG_STAND = 4.0  # ... arrives this many times later than its peers typically do (`_waited_on`) ...
 LAG_FLOOR_MS = 0.05  # ... counting their typical lag as this much at least
 FINE_SHARE = 0.25  # a comm whose intervals are at most this share of a step shows what a rank computes (`_normal_elsewhere`)
+STALL_HORIZON_NS = 60_000_000_000  # stalls (`windows.busy_stall`) are counted over this much of the latest time ...
+STALL_REPEAT = 3  # ... a rank stalling in this many windows of each comm that shows its stalls, nobody else twice, ...
+STALL_KEEP = 16  # (windows with stalls kept per rank and comm)
 
 
 @dataclass
@@ -238,6 +242,7 @@ class SlowTracker:
         self.fresh = False  # a window that may decide alone arrived since the last evaluation (`_hot`)
         self.in_use_since: dict[str, int] = {}  # comm -> when an evaluation first saw it in use
         self.due_ns = 0  # when time alone may conclude a rank hot over enough windows (0: none)
+        self.stall_log: dict[tuple[int, str], deque] = {}  # (rank, comm) -> (window end, ms) of its windows with stalls
     # --- inputs -----------------------------------------------------------------------
     def _timing(self, rep: dict, p2p: bool) -> CommTiming:
         ct = self.comms.get(rep["comm"])
@@ -276,6 +281,12 @@ class SlowTracker:
             ct.busy.append((rep["ts_ns"], sums, np.asarray(rep["busy_n"], float), share, med))
             ct.steady = {r: v for r, v in zip(ct.ranks, rep.get("busy_steady") or ()) if v is not None}
             ct.tail = {r: v for r, v in zip(ct.ranks, rep.get("busy_tail") or ()) if v is not None}
+            for r, v in zip(ct.ranks, rep.get("busy_stall") or ()):
+                if v is not None:
+                    log = self.stall_log.get((r, rep["comm"]))
+                    if log is None:
+                        log = self.stall_log[(r, rep["comm"])] = deque(maxlen=STALL_KEEP)
+                    log.append((rep["ts_ns"], v[1]))
             self.fresh = self.fresh or self._hot(ct, sums, np.asarray(rep["busy_n"], float))
         if "busy_cls_ms" in rep:
             lows = np.array([[np.inf if v is None else v for v in row] for row in rep["busy_cls_ms"]], float)
@@ -356,6 +367,7 @@ class SlowTracker:
         ct = self.comms.pop(comm, None)
         for r in ct.ranks if ct else ():
             self.low_busy.pop((r, comm), None)
+            self.stall_log.pop((r, comm), None)
 
     # --- evaluation -------------------------------------------------------------------
     def _fresh(self, ct: CommTiming, now_ns: int) -> bool:
@@ -819,6 +831,59 @@ class SlowTracker:
                 for r, cr in zip(ct.ranks, ct.crank):
                     if cr >= 0:
                         out.setdefault(cr, []).append(r)
+        return out
+
+    def stalls(self, now_ns: int) -> dict[int, dict]:
+        """Ranks that stall outside every call again and again (a data loader stuck one
+        iteration in four): rank -> evidence. A stall lengthens one gap of the rank in each of
+        its comms while its peers wait inside their next call (`windows.busy_stall`), so the
+        rate figures take it for a pause, each time. A rank's stalls are those that show in
+        each of its collective comms whose typical gap is short enough to show them (under a
+        `STALL_TYPICAL`th of the stall), counted in windows: a rank waiting for a peer's stall
+        shows none where it waits (inside that comm's calls), only in comms whose gaps hold the
+        wait; a rank whose pipeline neighbour stalled waits with its tensor-parallel peers, none
+        longer than another. Named when that is `STALL_REPEAT` windows or more within
+        `STALL_HORIZON_NS`, no other rank of the job stalled more than once meanwhile, and it
+        costs the job `slow_impact` of its time or more (its mean stall over the mean time
+        between them). Random stalls of many ranks (garbage collections, each rank at its own
+        moments: some rank stalls three times in a minute by chance), or a pause of every rank
+        at once, name nobody."""
+        since = now_ns - STALL_HORIZON_NS
+        recent: dict[tuple[int, str], list] = {}
+        for key, log in self.stall_log.items():
+            events = [e for e in log if e[0] >= since]
+            if events and key[1] in self.comms:
+                recent[key] = events
+        sizes: dict[int, list[float]] = {}
+        for (r, _), events in recent.items():
+            sizes.setdefault(r, []).extend(e[1] for e in events)
+        counted: dict[int, dict[str, int]] = {}
+        for r, ms in sizes.items():
+            size = statistics.median(ms)
+            counts = {}
+            for c, ct in self.comms.items():
+                if ct.p2p or r not in ct.ranks or not ct.busy:
+                    continue
+                typical = ct.typical_of()
+                if np.isfinite(typical).any() and STALL_TYPICAL * float(np.nanmedian(typical)) <= size:
+                    counts[c] = len(recent.get((r, c), ()))
+            if counts and min(counts.values()):
+                counted[r] = counts
+        out: dict[int, dict] = {}
+        for r, counts in counted.items():
+            if min(counts.values()) < STALL_REPEAT or any(
+                    q != r and min(n.values()) > 1 for q, n in counted.items()):
+                continue
+            best = max(counts, key=lambda c: (counts[c], c))
+            events = recent[(r, best)]
+            period = (events[-1][0] - events[0][0]) / (len(events) - 1)
+            mean_ms = sum(e[1] for e in events) / len(events)
+            impact = min(1.0, mean_ms * 1e6 / max(period, 1.0))
+            if impact < self.slow_impact:
+                continue
+            out[r] = {"ratio": round(1.0 + impact, 3), "slowdown": round(impact, 3), "impact": round(impact, 4),
+                      "comm": best, "onset_ns": int(events[0][0]), "signal": "stalls", "stalls": len(events),
+                      "stall_ms": round(mean_ms, 1), "every_s": round(period / 1e9, 2)}
         return out
 
     def advisories(self, coords: dict[int, dict]) -> list[dict]:

@@ -14,6 +14,10 @@ member's times are real (GPU_TIMED or host-blocking; `CommState.ok`), the window
   (durations on its own clock: free of skew). Stage 2 adds a rank's shares over its comms:
   what is left is the time it computed (`slow.py`);
 - `xfer_ms`: median time from the last arrival to completion (slow links).
+- `busy_stall`: per member, [instances, ms] of its stalls in the window: gaps that exceed the
+  other members' for the same instance by `STALL_MIN_NS` and `STALL_TYPICAL` x the typical
+  gap (a data loader stuck once in a while, outside every call: its peers wait inside the
+  next one), None without any.
 
 A P2P window (send/recv only) covers event time instead: per member the share of the
 window spent inside timed recv calls (waiting for data; a send is posted and overlaps the
@@ -44,6 +48,8 @@ TAIL_MIN = 4  # a run of slow instances ending the window (`busy_tail`) counts f
 TAIL_SHARE = 0.25  # ... and this share of the window's counted instances ...
 TAIL_STEADY = 0.8  # ... slow in this share of them, after instances slow in at most the rest's share
 P2P_CLASSES = 16  # P2P compute intervals: the kinds of the calls before and after the gap
+STALL_MIN_NS = 100_000_000  # a member's gap this much over the other members' for the same instance ...
+STALL_TYPICAL = 3.0  # ... and this many times the window's typical gap is a stall (`busy_stall`)
 
 
 def _r(a: np.ndarray, nd: int = 4) -> list[float]:
@@ -88,7 +94,7 @@ def window_report(state: CommState, a: int, b: int, now_ns: int) -> dict | None:
         span = float(ce.max() - cs.min())
     span = max(span, 1.0) * kt / k  # mixed windows: the timed instances' share of the span
     inside = (end - start).sum(axis=0) / span
-    busy, nbusy, share, steady, med, tail = _collective_busy(state, a, b, span)
+    busy, nbusy, share, steady, med, tail, stall = _collective_busy(state, a, b, span)
     rep.update({
         "span_ns": int(span),
         "lag_ms": _r(lag.mean(axis=0) / 1e6, 3),
@@ -98,13 +104,13 @@ def window_report(state: CommState, a: int, b: int, now_ns: int) -> dict | None:
         "xfer_ms": round(float(_median(done - cs.max(axis=1), 0)) / 1e6, 3),
         "bytes": float(_median(state.bytes[rows], 0)),
         "busy_ms": busy, "busy_n": nbusy, "busy_share": share, "busy_steady": steady, "busy_med_ms": med,
-        "busy_tail": tail,
+        "busy_tail": tail, "busy_stall": stall,
     })
     return rep
 
 
 def _busy_stats(gaps: np.ndarray, valid: np.ndarray, span: float
-                ) -> tuple[list, list[int], list[float], list, list, list]:
+                ) -> tuple[list, list[int], list[float], list, list, list, list]:
     """Per member (columns): the sum of its compute gaps (ms, None without any) and their
     count, leaving out the instances (rows) whose gap is over `OUTLIER` x the typical one, by
     the members' median (a gap that spans an iteration's end holds waits in other comms); and
@@ -116,11 +122,14 @@ def _busy_stats(gaps: np.ndarray, valid: np.ndarray, span: float
     (None under `STEADY_MIN` of them): a slowdown lengthens every gap, a pause one. And the
     median of its counted gaps (ms, None without any): a slower device lengthens them all,
     waits in other comms that fall in some gaps (a stage waiting on its neighbour) do not
-    move it. And the slowdown that began inside the window, if any (`_tail`)."""
+    move it. And the slowdown that began inside the window, if any (`_tail`), and its stalls
+    (`_stalls`)."""
     with np.errstate(invalid="ignore"):
-        row = nanmedian(np.where(valid, gaps, np.nan), 1)
+        allg = np.where(valid, gaps, np.nan)
+        row = nanmedian(allg, 1)
         typical = nanmedian(row, 0) if len(row) else np.nan
         keep = valid & (row <= OUTLIER * typical)[:, None]
+    stall = _stalls(allg, row, typical)
     cnt = keep.sum(axis=0)
     sums = np.where(keep, gaps, 0.0).sum(axis=0)
     enough = (valid.sum(axis=0) >= MIN_GAPS).tolist()
@@ -136,13 +145,41 @@ def _busy_stats(gaps: np.ndarray, valid: np.ndarray, span: float
     few = [ALL_SLOW_MIN <= c < STEADY_MIN and o == c for o, c in zip(over, cnt)]
     if not any(few) and max(over, default=0) < TAIL_MIN:  # no member slow enough for either (most windows)
         steady = [round(o / c, 3) if c >= STEADY_MIN else None for o, c in zip(over, cnt)]
-        return sums, cnt, _r(np.minimum(total, 1.0)), steady, med, [None] * len(cnt)
+        return sums, cnt, _r(np.minimum(total, 1.0)), steady, med, [None] * len(cnt), stall
     thr = _clear_ratio(ratio)
     with np.errstate(invalid="ignore"):
         every = (ratio >= thr[:, None]).sum(axis=1).tolist()
     steady = [round(o / c, 3) if c >= STEADY_MIN else 1.0 if f and e == c else None
               for o, e, c, f in zip(over, every, cnt, few)]
-    return sums, cnt, _r(np.minimum(total, 1.0)), steady, med, _tail(ratio, slow, thr, cnt)
+    return sums, cnt, _r(np.minimum(total, 1.0)), steady, med, _tail(ratio, slow, thr, cnt), stall
+
+
+def _stalls(gaps: np.ndarray, row: np.ndarray, typical: float) -> list:
+    """Per member (columns of `gaps`, instances x members, nan where not valid), its stalls in
+    the window as [instances, ms over the other members' gaps], None without any: a gap
+    `STALL_MIN_NS` and `STALL_TYPICAL` x the typical gap (`typical`, the members' median
+    per instance is `row`) longer than the other members' median for the same instance.
+    A rank stuck outside every call for a while (its data loader) has one such gap in each
+    comm it is in; its peers wait inside their next call (their gaps stay short), and a
+    pause of every member (a garbage collection at one iteration) stretches all gaps alike.
+    Counted over every instance, also those the busy figures leave out (a stall of one of
+    two members lifts the instance's median)."""
+    n = gaps.shape[1]
+    none = [None] * n
+    if n < 2 or not len(row) or not np.isfinite(typical):
+        return none
+    need = max(STALL_MIN_NS, STALL_TYPICAL * typical)
+    with np.errstate(invalid="ignore"):
+        if not (np.nanmax(np.where(np.isfinite(gaps), gaps, -np.inf), axis=1) - np.nanmin(
+                np.where(np.isfinite(gaps), gaps, np.inf), axis=1) >= need).any():
+            return none  # no instance with a member that far over another (most windows)
+        over = gaps.T - others_median(gaps.T)  # members x instances
+        hit = over >= need
+    if not hit.any():
+        return none
+    cnt = hit.sum(axis=1).tolist()
+    ms = np.where(hit, over, 0.0).sum(axis=1) / 1e6
+    return [[c, round(float(m), 3)] if c else None for c, m in zip(cnt, ms.tolist())]
 
 
 def _clear_ratio(ratio: np.ndarray) -> np.ndarray:
@@ -199,7 +236,7 @@ def _tail(ratio: np.ndarray, slow: np.ndarray, clear: np.ndarray, cnt: list[int]
 
 
 def _collective_busy(state: CommState, a: int, b: int, span: float
-                     ) -> tuple[list, list[int], list[float], list, list, list]:
+                     ) -> tuple[list, list[int], list[float], list, list, list, list]:
     """Busy gaps of a collective window: per member, from the end of instance k to its entry
     into k + 1 (its own clock: no skew), for consecutive instances of [a - 1, b) that every
     member completed with real times. Peers do the same work between two instances of a
@@ -209,7 +246,8 @@ def _collective_busy(state: CommState, a: int, b: int, span: float
     ok = (state.tag[rows] == seqs) & state.ok[rows].all(axis=1)
     pair = ok[:-1] & ok[1:]
     if not pair.any():
-        return [None] * state.n, [0] * state.n, [0.0] * state.n, [None] * state.n, [None] * state.n, [None] * state.n
+        return [None] * state.n, [0] * state.n, [0.0] * state.n, [None] * state.n, [None] * state.n, [None] * state.n, \
+            [None] * state.n
     r0, r1 = rows[:-1][pair], rows[1:][pair]
     gaps = (state.st[r1] - state.en[r0]).astype(np.float64)
     return _busy_stats(gaps, gaps >= MIN_GAP_NS, span)

@@ -213,7 +213,7 @@ def test_members_doing_the_same_work_are_measured_over_the_same_instances():
     a = np.array([20, 41, 20, 123.5, 40, 20, 42, 123.8, 20, 41]) * ms
     b = np.array([20, 41, 20, 121.0, 40, 20, 42, 121.2, 20, 41]) * ms  # the long kind a little shorter
     gaps = np.stack([a, b], axis=1)
-    sums, counts, _, _, med, _ = _busy_stats(gaps, gaps > 0, span=1e9)
+    sums, counts, _, _, med, _, _ = _busy_stats(gaps, gaps > 0, span=1e9)
     assert counts[0] == counts[1]
     mean_a, mean_b = sums[0] / counts[0], sums[1] / counts[1]
     assert abs(mean_a / mean_b - 1) < 0.05
@@ -232,7 +232,7 @@ def test_a_window_slow_in_every_instance_decides_alone_and_a_pause_does_not():
     gaps = rng.normal(40e6, 2e6, size=(12, 4))
     gaps[:, 1] *= 1.6
     gaps[5, 2] += 600e6
-    sums, counts, _, steady, med, _ = _busy_stats(gaps, gaps > 0, span=1e9)
+    sums, counts, _, steady, med, _, _ = _busy_stats(gaps, gaps > 0, span=1e9)
     assert steady[1] == 1.0 and steady[2] <= 0.1 and steady[0] == steady[3] == 0.0
     assert sums[2] / counts[2] > 1.5 * sums[0] / counts[0]  # the pause: as slow on average
     assert med[1] > 1.5 * med[0] and med[2] < 1.1 * med[0]  # not typically
@@ -347,6 +347,38 @@ def test_a_rank_computing_like_its_peers_between_its_tp_calls_is_not_named(setti
     if drill:
         monkeypatch.setattr(SlowTracker, "_normal_elsewhere", lambda *a: False)
     assert _slow_ranks_of(settings, gen_c("s13b")) == ([[10], [11]] if drill else [[10]])
+
+
+def test_a_stall_is_one_gap_far_over_the_other_members_and_a_pause_of_all_is_none():
+    import numpy as np
+
+    from commwatch.streams.detect.windows import _busy_stats
+
+    rng = np.random.default_rng(5)
+    gaps = rng.normal(40e6, 2e6, size=(30, 4))
+    gaps[7, 2] += 1.1e9  # rank 2's data loader: its peers wait inside the next call
+    gaps[20, :] += 0.6e9  # a garbage collection of every member at once
+    stall = _busy_stats(gaps, gaps > 0, span=3e9)[6]
+    assert stall[0] is None and stall[1] is None and stall[3] is None
+    assert stall[2][0] == 1 and 1090 < stall[2][1] < 1110
+    assert _busy_stats(gaps[21:], gaps[21:] > 0, span=1e9)[6] == [None] * 4
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_rank_whose_data_loader_stalls_every_4th_iteration_is_named_and_random_stalls_are_not(
+        settings, gen_c, monkeypatch, drill):
+    """The third generator's Megatron job (TP 2, PP 2, DP 8, GPU-timed), rank 13's data loader
+    stuck 1.15 s every 4th iteration from 20 s: the job loses ~20 %, and each stall is one
+    long gap, a pause to the rate figures, its TP peer waiting inside the next call. Named
+    (P3) once it stalled in 3 windows, and only it; a job whose ranks each stall once at
+    random names nobody. Drill: without the stall rule, rank 13 is missed."""
+    from commwatch.streams.detect.slow import SlowTracker
+
+    if drill:
+        monkeypatch.setattr(SlowTracker, "stalls", lambda self, now_ns: {})
+    assert _slow_ranks_of(settings, gen_c("s08a")) == ([] if drill else [[13]])
+    if not drill:
+        assert _slow_ranks_of(settings, gen_c("s08b")) == []
 
 
 @pytest.mark.parametrize("scenario, culprits", [("fsdp_slow13_nopause", [[13]]), ("fsdp_commhang", [])])
