@@ -479,14 +479,14 @@ class JobStage:
                 continue  # still progressing elsewhere: slow, not hung (the slow detectors judge it)
             roots.append((r, reason, comm, seq, op, p2p))
         waited = now_ns - an.oldest_since_ns
-        held = js.book.open.get(("hang",))
-        if held is not None:  # ranks that exit while a hang is open are its victims being torn down
-            roots = [x for x in roots if x[1] != "exited" or x[0] in held.culprit_ranks] or roots
+        roots, comm_roots = self._torn_down(js, now_ns, roots, an.comm_roots)
         if roots:
             self._assert_hang(js, now_ns, an, roots, waited, thr, out)
-        comm_roots = [x for x in an.comm_roots if not lost.intersection(js.comms.get(x.comm, {}).get("nodes", ()))
+        comm_roots = [x for x in comm_roots if not lost.intersection(js.comms.get(x.comm, {}).get("nodes", ()))
                       and set(js.comms.get(x.comm, {}).get("nodes") or ()) <= reporting
-                      and not (exited & set(x.entered)) and now_ns - x.since_ns >= thr
+                      # a comm a member of which exited is no transport hang: the exit explains it
+                      and not (exited & (set(x.entered) | js.members.get(x.comm, set())))
+                      and now_ns - x.since_ns >= thr
                       # calls queued far ahead (host enqueue) wait behind compute while their
                       # ranks progress: a transport hang stops every member
                       and all(now_ns - self.silent_since(js, r, now_ns) >= thr for r in x.entered)]
@@ -503,6 +503,23 @@ class JobStage:
                           "comms": [i.comm for i in comm_roots][:16], "threshold_s": round(thr / 1e9, 2),
                           "onset_ns": int(x.since_ns)},
                 id_hint=f"{x.comm}-{x.seq}"))
+
+    def _torn_down(self, js: JobState, now_ns: int, roots: list, comm_roots: list) -> tuple[list, list]:
+        """While a hang is open its victims may be torn down (a watchdog aborts them): their
+        processes exit, the probe gives up on the calls of those left (COMPLETION_LOST), and the
+        waits change shape: a rank waiting on an exited one since the hang began seems a root,
+        and a call blocked since then, its peer's side given up on, every member entered (a
+        transport hang). So while it is open a root is one of its culprits, or a rank that fell
+        silent before it began and did not exit; and calls blocked since it began are its
+        symptoms. The third generator's watchdog abort, 40 s after a hang: the P0 was updated
+        to name two victims with the root, and a second P0 opened (a comm_hang)."""
+        held = js.book.open.get(("hang",))
+        if held is None:
+            return roots, comm_roots
+        onset = held.evidence.get("onset_ns", held.opened_ns)
+        roots = [x for x in roots if x[0] in held.culprit_ranks
+                 or (x[1] != "exited" and self.silent_since(js, x[0], now_ns) < onset)]
+        return roots, [x for x in comm_roots if x.since_ns < onset]
 
     def _assert_hang(self, js: JobState, now_ns: int, an: waits.Analysis, roots: list, waited: int, thr: float,
                      out: list) -> None:
