@@ -435,6 +435,12 @@ class JobStage:
     def _hangs(self, js: JobState, now_ns: int, lost: set[str], out: list) -> None:
         if not js.waits:
             js.analysis = None
+            held = js.book.open.get(("hang",))
+            if held is not None and all(self.silent_since(js, r, now_ns) > held.opened_ns for r in held.culprit_ranks):
+                # nobody waits any more and its roots progress again: over (a rank-0-only
+                # checkpoint longer than the threshold, a stall that ended), not after the quiet
+                # period, while the job has been running for that long already
+                out.extend(js.book.resolve(("hang",), now_ns, "its root ranks progress again"))
             return
         reporting = self._reporting(js, now_ns)
         if js.node_seen and not reporting:

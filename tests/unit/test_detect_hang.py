@@ -427,3 +427,26 @@ def test_a_watchdogs_abort_after_a_hang_adds_no_culprit_and_no_comm_hang(setting
     p0 = [e for e in events if e["severity"] == "P0"]
     assert ({e["incident"] for e in p0} == {p0[0]["incident"]}) is not drill
     assert ({tuple(e["culprit_ranks"]) for e in p0} == {(26,)}) is not drill
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_hang_whose_root_progresses_again_resolves_at_once(settings, gen_c, monkeypatch, drill):
+    """The third generator's job in which rank 0 alone writes a checkpoint for 15 s while the
+    31 others wait in a barrier: until it ends it cannot be told from a hang of rank 0 (a P0
+    naming it). Once nobody waits and rank 0 progresses again, the P0 resolves within the
+    heartbeat that shows it, not after the quiet period (10 s) of a job running again. Drill:
+    without the rule, it resolves after the quiet period."""
+    from commwatch.capture import read_sorted
+    from commwatch.decode import decode_messages
+    from commwatch.streams.detect import Detector
+    from commwatch.streams.detect.incidents import IncidentBook
+
+    if drill:
+        monkeypatch.setattr(IncidentBook, "resolve", lambda self, key, now_ns, why: [])
+    msgs = read_sorted(gen_c("s06c"))
+    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    hang = [e for e in events if e["kind"] == "hang"]
+    assert [e["status"] for e in hang] == ["open", "resolved"] and hang[0]["culprit_ranks"] == [0]
+    write_ends = hang[0]["opened_ns"] + int(9.4 * S)  # rank 0 wrote for 15 s, named after 5.6 s
+    assert (hang[1]["ts_ns"] - write_ends <= 2 * S) is not drill
+    assert ("progress again" in hang[1]["summary"]) is not drill
