@@ -12,7 +12,7 @@ dataflow (a host that stops, a transfer that never ends, a process that dies,
 compute that slows).  Records are then observed per probe semantics, batched
 per node and comm every 200 ms, heartbeats per node and comm every 1 s.
 """
-import base64, json, struct, sys, hashlib
+import base64, json, os, struct, sys, hashlib
 import numpy as np
 
 INF = np.inf
@@ -32,6 +32,7 @@ class Job:
         self.name, self.jtype, self.W, self.gpn, self.probe = name, jtype, W, gpn, probe
         self.groups = comm_groups          # family -> list of member lists
         self.program = program             # fn(step, rng) -> list of ops
+        seed += int(os.environ.get('SEED', '0'))  # SEED: another draw of every job
         self.rng = np.random.default_rng(seed)
         self.host_sync_compute = host_sync_compute
         self.clock_shift = clock_shift
