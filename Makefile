@@ -20,9 +20,13 @@ plugin:
 demo: $(STAMP)
 	$(VENV)/bin/commwatch demo
 
+# The suite runs on TEST_WORKERS processes (pytest-xdist), a test file each at a time: most of
+# its time is spent waiting on real brokers, workers and browsers, so two overlap on two cores.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
 	.ci/install-test-tools
-	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
 
 clean:
 	rm -rf $(VENV) build *.egg-info
