@@ -4,6 +4,7 @@ per process; a fresh database per test)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import uuid
@@ -80,5 +81,23 @@ def gen_c(tmp_path_factory):
                            capture_output=True)
             found = list(out.glob(f"{scenario}*.cwcap"))
         return found[0]
+
+    return capture
+
+
+@pytest.fixture(scope="session")
+def gen_a(tmp_path_factory):
+    """A capture of the first independent generator (`tests/independent/megatron`): its
+    scenario by name, drawn with `SEED` (an offset to its seeds, 0 as committed), generated
+    once per session."""
+    gen = Path(__file__).resolve().parent / "independent" / "megatron" / "gen.py"
+    folder = tmp_path_factory.mktemp("gen_a")
+
+    def capture(scenario: str, seed: int = 0) -> Path:
+        cap = folder / f"{scenario}.{seed}.cwcap"
+        if not cap.exists():
+            subprocess.run([sys.executable, str(gen), scenario, str(cap)], check=True, capture_output=True,
+                           env={**os.environ, "SEED": str(seed)})
+        return cap
 
     return capture

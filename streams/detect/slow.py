@@ -609,7 +609,8 @@ class SlowTracker:
                                tail=None if r in grouped else self._tail(ct, r),
                                noise=0.0 if r in grouped else noise.get(c))
             if verdict is None or (r not in open_ranks and r not in grouped and (
-                    not self._waited_on(ct, r) or self._normal_elsewhere(r, c, verdict, short, noise))):
+                    not self._waited_on(ct, r) or self._normal_elsewhere(r, c, verdict, short, noise)
+                    or self._waits_in_finer(r, c, long))):
                 continue
             out[r] = {"ratio": round(ratio, 3), "slowdown": round(ratio - 1.0, 3), "comm": c,
                       "busy_ms": round(mine, 4), "peers_busy_ms": round(ref, 4),
@@ -670,6 +671,24 @@ class SlowTracker:
             if v[0] <= 1.0 + self.slow_impact / 2:
                 return True
         return False
+
+    def _waits_in_finer(self, rank: int, judged: str, long: dict[str, dict[int, tuple]]) -> bool:
+        """Whether `rank`, judged in comm `judged` while a finer comm of its (shorter intervals
+        it was judged by) is current but gives it no figure (`BLIND_WINDOWS`), spends no more of
+        its time computing (outside every call, over the horizon: `compute_shares`) than the
+        other members of `judged`, within half `slow_impact`: the coarser comm's intervals hold
+        its waits inside the finer one's calls (a stage behind a slow one waits in its
+        receives), while a slow rank computes a larger share of the time than its peers, who
+        wait for it. Generator A's TP=1 pipeline with a 2x rank, drawn anew: the last stage's
+        rank, blind in its pipeline comm, was named P2 from its data-parallel comm (1.4x
+        there), computing 0.40 of its time like its stage's others (0.39-0.44), the culprit 0.83."""
+        low = self.low_busy.get((rank, judged), np.inf)
+        if not any(f != judged and rank not in res and self.low_busy.get((rank, f), np.inf) < low
+                   for f, res in long.items()):
+            return False
+        mine = self.compute.get(rank)
+        peers = [self.compute[q] for q in self.comms[judged].ranks if q != rank and q in self.compute]
+        return mine is not None and bool(peers) and mine < (1.0 + self.slow_impact / 2) * _median(peers)
 
     def _still_blind(self, r: int, was: str) -> bool:
         """Whether rank `r`, with no figure in its finer comm `was` now, is left unjudged: until

@@ -381,6 +381,22 @@ def test_a_rank_whose_data_loader_stalls_every_4th_iteration_is_named_and_random
         assert _slow_ranks_of(settings, gen_c("s08b")) == []
 
 
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_rank_blind_in_its_pipeline_comm_is_not_named_from_a_coarser_one_while_it_computes_like_its_peers(
+        settings, gen_a, monkeypatch, drill):
+    """Generator A's TP=1 pipeline (PP 4, DP 4, GPU-timed) with rank 6 2x from 25 s, its draw
+    of seed 3: the last stage of the culprit's pipeline, rank 14, gets no figure from its
+    pipeline comm for 4 windows in a row and is then judged between its data-parallel calls,
+    whose intervals hold its receives' waits (1.4x its stage), and was named P2. It computes
+    0.40 of its time, as its stage's other ranks do (0.39-0.44); the culprit 0.83. Drill:
+    without the rule, rank 14 is named too."""
+    from commwatch.streams.detect.slow import SlowTracker
+
+    if drill:
+        monkeypatch.setattr(SlowTracker, "_waits_in_finer", lambda *a: False)
+    assert _slow_ranks_of(settings, gen_a("slow2x_1x4x4_gpu_r6", seed=3)) == ([[6], [14]] if drill else [[6]])
+
+
 @pytest.mark.parametrize("scenario, culprits", [("fsdp_slow13_nopause", [[13]]), ("fsdp_commhang", [])])
 def test_a_rank_its_peers_do_not_wait_for_is_not_named_slow(settings, tmp_path, scenario, culprits):
     """Generator B's FSDP jobs (one 32-rank comm, GPU-timed): the gaps between the all-gathers
