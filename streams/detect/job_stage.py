@@ -609,7 +609,10 @@ class JobStage:
         """Incidents to assert: (key, culprit ranks, evidence). One per slow rank; ranks of one
         node found slow at once, one per node (a node throttled as a whole: one page); ranks of
         a group slow as a whole (`slow.py`, `steps.py`), one per group. A rank named by an open
-        incident stays in it, whichever way it is found now: one fault, one incident."""
+        incident stays in it, whichever way it is found now, and a rank found later joins the
+        open incident of its node or group: one fault, one incident (generator A's slow node of
+        a data-parallel job under host-enqueue, judged by the phases: seven of its eight ranks
+        in one incident, the eighth 3 s later in another)."""
         named = {r: key for key, inc in js.book.open.items() if inc.kind == "slow_rank" for r in inc.culprit_ranks}
         new = [r for r in found if r not in hung and r not in named]
         together: dict[tuple, list[int]] = {}
@@ -624,8 +627,8 @@ class JobStage:
             if r in hung:
                 continue
             by_node, by_group = ("slow_rank", "node", js.node_of.get(r)), ("slow_rank", "group", ev.get("group"))
-            key = named.get(r) or next((k for k in (by_node, by_group) if len(together.get(k, ())) > 1),
-                                       ("slow_rank", r))
+            key = named.get(r) or next((k for k in (by_node, by_group) if len(together.get(k, ())) > 1
+                                        or k in js.book.open), ("slow_rank", r))
             units.setdefault(key, ([], ev))[0].append(r)
         out = []
         for key, (ranks, ev) in units.items():

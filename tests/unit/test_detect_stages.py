@@ -52,3 +52,22 @@ def test_incident_book_updates_resolves_and_suppresses_flapping():
     assert ev["evidence"] == {"resolved_reason": "cleared"} and ev["summary"] == "s [resolved: not seen for 10 s]"
     assert book.assert_(("k",), T0 + 20 * S, **kw) == []  # flapping back within 2 quiet periods
     assert [e["status"] for e in book.assert_(("k",), T0 + 40 * S, **kw)] == ["open"]
+
+
+def test_a_rank_of_a_slow_node_found_later_joins_the_nodes_incident(settings):
+    """Generator A's slow node of a data-parallel job under host-enqueue, judged by the phases
+    (its draws of seeds 2 and 3): seven of its eight ranks found at once and named in one
+    incident, the eighth 3 s later in an incident of its own. One fault, one incident: a rank
+    found later joins the open incident of its node (or group)."""
+    stage = JobStage(settings)
+    js = stage.job("j")
+    js.node_of = {r: "node-01" if r >= 8 else "node-00" for r in range(16)}
+    ev = {"ratio": 1.4, "slowdown": 0.4, "impact": 0.1, "signal": "phases"}
+    units = stage._slow_units(js, {r: dict(ev) for r in range(8, 15)}, set())
+    assert [(key, ranks) for key, ranks, _ in units] == [(("slow_rank", "node", "node-01"), list(range(8, 15)))]
+    js.book.assert_(units[0][0], T0, kind="slow_rank", severity="P3", culprit_ranks=units[0][1], culprit_nodes=[],
+                    comm="", summary="", evidence=units[0][2], id_hint="n")
+    later = stage._slow_units(js, {15: dict(ev)}, set())
+    assert [(key, ranks) for key, ranks, _ in later] == [(("slow_rank", "node", "node-01"), list(range(8, 16)))]
+    alone = stage._slow_units(js, {3: dict(ev)}, set())  # a rank of another node: its own
+    assert [key for key, _, _ in alone] == [("slow_rank", 3)]
