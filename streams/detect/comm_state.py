@@ -111,6 +111,7 @@ class CommState:
         self.d_adv_ns = 0  # when it last advanced
         self.open_since = 0  # when a member first entered instance d_max + 1 (0: none yet)
         self.p2p_only = True  # no collective seen yet
+        self.device = False  # a call ran on a device (GPU_TIMED or ENQUEUED: NCCL), not blocking a host (gloo)
         # P2P channels: (slot, peer slot, is_recv) -> [started, completed, open_since_ns, entered_at]
         self.p2p: dict[tuple[int, int, int], list[int]] = {}
         self.p2p_ahead: dict[tuple[int, int, int], dict[int, int]] = {}  # channel -> {seq: host entry} beyond the first open
@@ -339,6 +340,8 @@ class CommState:
             if not len(recs):
                 return []
         flags = recs["flags"].astype(np.int64)
+        if not self.device and (flags & (wire.FLAG_GPU_TIMED | wire.FLAG_ENQUEUED)).any():
+            self.device = True
         # any call record of a member is progress, but a device entry (a call entered before,
         # now seen started on the GPU after waiting there) is the opposite
         dev = (flags & (wire.FLAG_GPU_TIMED | wire.FLAG_COMPLETED | wire.FLAG_COMPLETION_LOST)) == wire.FLAG_GPU_TIMED

@@ -135,6 +135,7 @@ class JobStage:
             js.waits.pop(rep["comm"], None)
         elif t == "comm":
             js.comms[rep["comm"]] = rep
+            js.steps.device = js.steps.device or bool(rep.get("device"))
             js.members[rep["comm"]] = set(rep["members"])
         elif t == "node":
             if rep["node"] not in js.node_seen:

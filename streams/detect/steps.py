@@ -61,6 +61,7 @@ class StepTracker:
         self.local_models: dict[int, RankModel] = {}
         self.local_spread: deque = deque(maxlen=KEEP_ITERATIONS)  # per judged iteration, rank -> its `LOCAL_PHASE` ratio
         self.local_verdicts: dict[int, dict] = {}  # ranks alone slower in `LOCAL_PHASE` now (`_judge_local`)
+        self.device = False  # the job's collectives run on devices (NCCL): GPU-timed phases hold their kernels
 
     def add(self, msg: dict) -> None:
         it, rank = msg["iteration"], msg["rank"]
@@ -184,6 +185,10 @@ class StepTracker:
                 # is slow is told by the phase its members compute apart (`LOCAL_PHASE`); when
                 # every member is slower there too, the whole group is (a slow node)
                 over = [r for r, (x, _) in ratios.items() if x >= 1 + self.slow_impact]
+                for r in [r for r in over if self._waited_outside(r, phase, vals[r] - ratios[r][1], got, members, coords)]:
+                    over.remove(r)
+                    del ratios[r]
+                    waiting.add(r)
                 groups_over: dict = {}
                 for r in over:
                     groups_over.setdefault(_tp_group(coords.get(r)) or ("rank", r), []).append(r)
@@ -241,6 +246,31 @@ class StepTracker:
         verdicts = out
         self.verdicts = verdicts
         self._judge_local(it, got, coords, open_ranks, step)
+
+    def _waited_outside(self, r: int, phase: str, excess_ms: float, got: dict, members: list[int],
+                        coords: dict[int, dict]) -> bool:
+        """Whether rank `r`, slower than its stage by `excess_ms` in `phase`, spent that time
+        waiting there for a tensor-parallel peer that was outside every phase meanwhile (its
+        data loader, its host stalled): the peer's time outside its phases (its step less their
+        sum) exceeds `r`'s by half that excess or more, while the peer's phase is not slower.
+        The TP calls are inside the phase, so the waiting member's phase holds the peer's stall
+        (the third generator's random one-off stalls: two ranks named P1, 1.06 s slower in
+        forward in two iterations, their TP peers 1.06 s outside every phase). Only where the
+        job's collectives run on devices (`device`, from stage 1): the hook times phases by CUDA
+        events there, which hold the collective kernels and their waits; on a host-blocking
+        backend it leaves the time inside blocking collectives out of the phases, so a peer
+        waiting for a slow rank is outside its phases meanwhile."""
+        g = _tp_group(coords.get(r))
+        if g is None or not self.device:
+            return False
+
+        def outside(q: int) -> float:
+            dur, phases, _ = got[q]
+            return dur * 1e3 - sum(v for v in phases.values() if v > 0)
+
+        mine = outside(r)
+        return any(q != r and _tp_group(coords.get(q)) == g and outside(q) - mine >= excess_ms / 2
+                   and got[q][1].get(phase, 0.0) <= got[r][1].get(phase, 0.0) - excess_ms / 2 for q in members)
 
     def _judge_local(self, it: int, got: dict, coords: dict[int, dict], open_ranks: set[int], step: float) -> None:
         """Ranks alone slower in `LOCAL_PHASE`, the phase a rank computes apart from its peers

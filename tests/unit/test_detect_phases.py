@@ -3,6 +3,8 @@ not a phase too short to slow anyone, nor a phase many ranks are slow in (it hol
 a slow tensor-parallel group told apart by the phase its members compute apart, or slow as a
 whole when they all are there."""
 
+import pytest
+
 from commwatch.streams.detect.steps import StepTracker
 
 S = 1_000_000_000
@@ -252,3 +254,23 @@ def test_a_rank_slower_only_in_the_phase_it_computes_apart_is_kept_for_a_job_tha
     assert st.verdicts == {} and set(st.local_verdicts) == {6}
     assert st.local_verdicts[6]["phase"] == "optimizer_ms" and st.local_verdicts[6]["ratio"] >= 1.25
     assert tracker(set()).local_verdicts == {} and tracker({2, 6}).local_verdicts == {}
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_member_waiting_in_a_phase_for_a_tp_peer_stalled_outside_every_phase_is_not_named(
+        settings, gen_c, monkeypatch, drill):
+    """The third generator's healthy job with one-off stalls at random (its draw of seed 4000):
+    ranks 5 and 7 stall 1.06 s outside every phase in iterations 2 and 3, and their TP peers 4
+    and 6 wait for them in forward (their TP calls are in it): 4.2x their stage there, twice,
+    named P2 then P1. Their peers spent that time outside their phases (step less the phases'
+    sum), so they waited. Nobody is named. Drill: without the rule, ranks 4 and 6 are."""
+    from commwatch.capture import read_sorted
+    from commwatch.decode import decode_messages
+    from commwatch.streams.detect import Detector
+
+    if drill:
+        monkeypatch.setattr(StepTracker, "_waited_outside", lambda *a: False)
+    msgs = read_sorted(gen_c("s08b", seed=4000))
+    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    named = [e["culprit_ranks"] for e in events if e["kind"] == "slow_rank" and e["status"] == "open"]
+    assert named == ([[4, 6]] if drill else [])
