@@ -79,7 +79,8 @@ NOISE_OWN = 16  # a comm of this many members knows its own spread (`SlowTracker
 LAG_MEMBERS = 8  # in a collective comm of this many members, a rank newly named slow ...
 LAG_STAND = 4.0  # ... arrives this many times later than its peers typically do (`_waited_on`) ...
 LAG_FLOOR_MS = 0.05  # ... counting their typical lag as this much at least
-FINE_SHARE = 0.25  # a comm whose intervals are at most this share of a step shows what a rank computes (`_normal_elsewhere`)
+FINE_SHARE = 0.25  # a comm whose intervals are at most this share of a step shows what a rank computes (`_normal_elsewhere`) ...
+ELSEWHERE_SPREADS = 3.0  # ... like its peers within half slow_impact or this many of that comm's spreads (at most slow_impact)
 STALL_HORIZON_NS = 60_000_000_000  # stalls (`windows.busy_stall`) are counted over this much of the latest time ...
 STALL_REPEAT = 3  # ... a rank stalling in this many windows of each comm that shows its stalls, nobody else twice, ...
 STALL_KEEP = 16  # (windows with stalls kept per rank and comm)
@@ -647,7 +648,10 @@ class SlowTracker:
                           noise: dict[str, float]) -> bool:
         """Whether `rank`, found slow in comm `judged` (hot since `onset`), computes like its
         peers (within half `slow_impact`) between the calls of another collective comm of its,
-        in that comm's latest window, begun after the onset: a slow rank computes slower
+        in that comm's latest window, begun after the onset (within `ELSEWHERE_SPREADS` of that
+        comm kind's spreads where they are wider, never more than `slow_impact`: between their
+        TP calls, generator C's victims computed 1.07x their peers in TP groups whose ratios
+        stray by 2.7-3 %, and were named): a slow rank computes slower
         wherever its intervals are compute (the culprit is late in every group it belongs to),
         while a rank judged in a comm whose intervals hold waits in another comm's calls (its
         tensor-parallel peer's, a neighbour stage's) looks slow there only. The other comm must
@@ -668,7 +672,7 @@ class SlowTracker:
             spread = noise.get(c)
             if spread is None or spread > NOISY or ct.ts_ns - ct.interval_ns < onset:
                 continue
-            if v[0] <= 1.0 + self.slow_impact / 2:
+            if v[0] <= 1.0 + min(self.slow_impact, max(self.slow_impact / 2, ELSEWHERE_SPREADS * spread)):
                 return True
         return False
 
@@ -705,14 +709,19 @@ class SlowTracker:
     def _waiting_on_slower(self, found: dict[int, dict], long: dict[str, dict[int, tuple]],
                            grouped: set[int]) -> list[int]:
         """Ranks found slow that compute clearly faster than a slower one found with them in a
-        collective comm they share (its intervals there half `slow_impact` longer than theirs,
-        the hysteresis margin: a 1.3x rank's TP peer, 1.12x in the peer's expert-parallel
-        comm, computed 0.89-0.92x the culprit between their TP calls, and was named at P3): they
-        wait for it inside that comm's calls, so their intervals between another comm's calls
-        grew (generator B's MoE: a 2x rank's tensor-parallel peer was 1.25-1.3x slower between
-        its expert-parallel calls, and named; between their own calls it was 0.6x the culprit).
-        Of two slow ranks of one group, the slower one is what the group waits for."""
-        out = []
+        collective comm they share (their intervals there shorter by half `slow_impact`, the
+        hysteresis margin): they wait for it inside that comm's calls, so their intervals
+        between another comm's calls grew (generator B's MoE: a 2x rank's tensor-parallel peer
+        was 1.25-1.3x slower between its expert-parallel calls, and named; between their own
+        calls it was 0.6x the culprit; a 1.3x rank's TP peer, 1.12x in the peer's
+        expert-parallel comm, computed 0.89-0.92x the culprit between their TP calls). Of two
+        slow ranks of one group, the slower one is what the group waits for, as that comm's
+        figures say, whatever the ratios they were found by (in other comms): generator C's
+        1.5x rank, found 2.1x in its data-parallel comm, had a tensor-parallel peer found 2.2x
+        in its own (its gaps there hold the waits), which computed 1.07x its peers between their
+        TP calls to the culprit's 1.47x, and was named with it. Only where two ranks each seem
+        to wait for the other (in two comms) does the larger ratio they were found by decide."""
+        waits: dict[int, set[int]] = {}
         for r, ev in found.items():
             if r in grouped or ev.get("signal") != "collectives":
                 continue
@@ -721,11 +730,11 @@ class SlowTracker:
                 if ct is None or ct.p2p or r not in res:
                     continue
                 mine = res[r][1]
-                if any(q != r and q in res and q in found and found[q]["ratio"] > ev["ratio"]
-                       and mine * (1.0 + self.slow_impact / 2) < res[q][1] for q in ct.ranks):
-                    out.append(r)
-                    break
-        return out
+                waits.setdefault(r, set()).update(
+                    q for q in ct.ranks if q != r and q in res and q in found
+                    and mine * (1.0 + self.slow_impact / 2) < res[q][1])
+        return [r for r, qs in waits.items()
+                if any(r not in waits.get(q, ()) or found[q]["ratio"] > found[r]["ratio"] for q in qs)]
 
     @staticmethod
     def _tail(ct: CommTiming, rank: int) -> tuple[float, int] | None:
