@@ -595,8 +595,8 @@ class SlowTracker:
         grouped = self._slow_groups(now_ns, long, finest, coords)
         finest.update({r: (c, v) for r, (c, v, _) in grouped.items()})
         self.ratio = {r: v[0] for r, (_, v) in finest.items()}
-        out = {}
         noise = self.noise(coords)
+        verdicts: dict[int, int] = {}
         for r, (c, (ratio, mine, ref, ps)) in finest.items():
             m = self.models.get(r)
             if m is None:
@@ -609,9 +609,16 @@ class SlowTracker:
                                pause=r not in grouped and self._pause(ct, r, s[0] if s else ratio),
                                tail=None if r in grouped else self._tail(ct, r),
                                noise=0.0 if r in grouped else noise.get(c))
-            if verdict is None or (r not in open_ranks and r not in grouped and (
-                    not self._waited_on(ct, r) or self._normal_elsewhere(r, c, verdict, short, noise)
-                    or self._waits_in_finer(r, c, long))):
+            if verdict is not None:
+                verdicts[r] = verdict
+        hot = open_ranks | verdicts.keys()
+        out = {}
+        for r, verdict in verdicts.items():
+            c, (ratio, mine, ref, ps) = finest[r]
+            ct = self.comms[c]
+            if r not in open_ranks and r not in grouped and (
+                    not self._waited_on(ct, r) or self._normal_elsewhere(r, c, verdict, short, noise, hot)
+                    or self._waits_in_finer(r, c, long)):
                 continue
             out[r] = {"ratio": round(ratio, 3), "slowdown": round(ratio - 1.0, 3), "comm": c,
                       "busy_ms": round(mine, 4), "peers_busy_ms": round(ref, 4),
@@ -645,7 +652,7 @@ class SlowTracker:
         return bool(mine >= LAG_STAND * max(float(np.nanmedian(others)), LAG_FLOOR_MS))
 
     def _normal_elsewhere(self, rank: int, judged: str, onset: int, short: dict[str, dict[int, tuple]],
-                          noise: dict[str, float]) -> bool:
+                          noise: dict[str, float], hot: set[int] = frozenset()) -> bool:
         """Whether `rank`, found slow in comm `judged` (hot since `onset`), computes like its
         peers (within half `slow_impact`) between the calls of another collective comm of its,
         in that comm's latest window, begun after the onset (within `ELSEWHERE_SPREADS` of that
@@ -662,12 +669,17 @@ class SlowTracker:
         rank's tensor-parallel peer, and the next stage's rank, judged between pipeline,
         context-parallel or data-parallel calls (their gaps hold the waits), were named with it
         (a P1 among them); between their tensor-parallel calls they computed 0.65-1.0x their
-        peers."""
+        peers. Nor where half or more of its peers there are slow too (`hot`: found slow now, or
+        named): like them says nothing (generator A's slow node, a quarter of a stage: each
+        tensor-parallel group on it slow as a whole, its ranks computed alike between their TP
+        calls, and seven of the eight were never named)."""
         step_ms = self.step_ns / 1e6 or max((res[rank][2] for res in short.values() if rank in res), default=0.0)
         for c, res in short.items():
             v = res.get(rank)
             ct = self.comms.get(c)
             if c == judged or v is None or ct is None or ct.p2p or not MIN_BUSY_MS <= v[2] <= FINE_SHARE * step_ms:
+                continue
+            if 2 * sum(q in hot for q in ct.ranks if q != rank) >= len(ct.ranks) - 1:
                 continue
             spread = noise.get(c)
             if spread is None or spread > NOISY or ct.ts_ns - ct.interval_ns < onset:

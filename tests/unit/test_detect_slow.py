@@ -553,3 +553,34 @@ def test_a_rank_whose_finer_comm_stops_giving_it_figures_is_judged_in_a_coarser_
         if 14 in st.evaluate(now, coords, 16, set()) and first is None:
             first = i
     assert first is not None and BLIND_WINDOWS < first <= BLIND_WINDOWS + 3  # unjudged meanwhile, then found there
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_an_echo_in_another_pipelines_phases_is_not_named(settings, gen_a, monkeypatch, drill):
+    """Generator A's TP=1 pipeline with a 2x rank (6: stage 1 of replica 2), drawn with SEED 2:
+    another replica's last stage (12) was 1.10x its stage in backward (its data-parallel
+    reduction waits there for the slow pipeline's) while the culprit was 2.0x in forward, and
+    was named P3 by its phases. Of phase verdicts, as of the collectives', one whose excess is
+    under a third of the largest is its echo. Drill: without that, rank 12 too."""
+    from commwatch.streams.detect import steps
+
+    if drill:
+        monkeypatch.setattr(steps, "dominant", lambda found, keep=frozenset(): found)
+    assert _slow_ranks_of(settings, gen_a("slow2x_1x4x4_gpu_r6", seed=2)) == ([[6], [12]] if drill else [[6]])
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_slow_node_whose_tp_groups_are_slow_as_a_whole_is_named_at_once(settings, gen_a, monkeypatch, drill):
+    """Generator A's node 2 (ranks 16-23: four TP pairs of stage 0, a quarter of its replicas)
+    1.4x from 20 s, drawn with SEED 3: each rank was hot in its data-parallel comm from 22.4 s,
+    but computed like its TP peer between their calls (the peer on the same slow node), and
+    was taken for a victim; rank 17 alone was named, P3 at 42 s. A rank computing like peers
+    that are slow too is no victim: the node is named in one incident at 25.5 s. Drill: peers
+    counted whether slow or not, rank 17 alone."""
+    from commwatch.streams.detect.slow import SlowTracker
+
+    if drill:
+        elsewhere = SlowTracker._normal_elsewhere
+        monkeypatch.setattr(SlowTracker, "_normal_elsewhere", lambda self, *a: elsewhere(self, *a[:5]))
+    named = _slow_ranks_of(settings, gen_a("slownode_2x2x16_gpu_node2_quarterstage", seed=3))
+    assert named == ([[17]] if drill else [list(range(16, 24))])
