@@ -39,6 +39,8 @@ UNIFORM = 1.15  # phases stretched alike (largest ratio over smallest at most th
 ALIKE_MIN_SHARE = 0.02  # ... counting phases down to this share of the step (a short forward too)
 ALIKE_RATIO = 1.4  # ... each at least this much: one iteration decides
 WHOLE_ALIKE = 0.5  # a TP group is slow as a whole when its least slow member's local excess is this share of the most's
+LATE_REPORT_NS = 1_000_000_000  # an iteration most ranks reported waits this long for the others' reports ...
+LATE_REPORT_SHARE = 0.1  # ... or this share of a step, if longer (the straggler reports last)
 LOCAL_LOSS = 0.05  # the job's steps this much over its baseline, nothing else explaining it: a rank alone slower in `LOCAL_PHASE` does
 
 
@@ -95,11 +97,17 @@ class StepTracker:
         return round(recent / self.base_s - 1.0, 3)
 
     def evaluate(self, now_ns: int, coords: dict[int, dict], open_ranks: set[int], world: int = 0) -> dict[int, dict]:
-        """Judge every complete iteration not judged yet: one most ranks reported (of those
-        that report iterations), or an older one when a later is (with `world`, the job's size:
-        only those every rank of it reported, as soon as the last one does); returns the ranks
-        slow by their phases now (rank -> evidence)."""
+        """Judge every complete iteration not judged yet: one every rank that reports
+        iterations reported; one most of them reported, once the others have been waited for
+        (`LATE_REPORT_NS`, or `LATE_REPORT_SHARE` of a step, after its newest report: the
+        straggler reports last, and judged without it an iteration names nobody; generator
+        A's 2x rank of a data-parallel job with 20 s steps reported 0.25 s after its 15 peers,
+        every iteration was judged without it, and it was missed); or an older one when a later
+        is (with `world`, the job's size: only those every rank of it reported, as soon as the
+        last one does); returns the ranks slow by their phases now (rank -> evidence)."""
         need = max(len(self.ranks), world)
+        grace = max(LATE_REPORT_NS, LATE_REPORT_SHARE * 1e9 * (statistics.median(self.durations)
+                                                               if self.durations else 0.0))
         for it in sorted(self.iters):
             if it <= self.judged:
                 continue
@@ -107,8 +115,9 @@ class StepTracker:
             if world:
                 if len(got) < need:
                     break
-            elif len(got) < max(1, 0.9 * need) and not any(i > it and len(v) >= 0.9 * need
-                                                          for i, v in self.iters.items()):
+            elif len(got) < need and not (
+                    len(got) >= max(1, 0.9 * need) and now_ns - max(t for _, _, t in got.values()) >= grace) and not any(
+                    i > it and len(v) >= 0.9 * need for i, v in self.iters.items()):
                 break
             self._judge(it, got, coords, open_ranks)
             self.judged = it

@@ -274,3 +274,25 @@ def test_a_member_waiting_in_a_phase_for_a_tp_peer_stalled_outside_every_phase_i
     events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
     named = [e["culprit_ranks"] for e in events if e["kind"] == "slow_rank" and e["status"] == "open"]
     assert named == ([[4, 6]] if drill else [])
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_an_iteration_most_ranks_reported_waits_for_the_straggler(settings, gen_a, monkeypatch, drill):
+    """Generator A's data-parallel job (16 ranks, host-enqueue, 20 s steps), rank 3 2x from
+    40 s, drawn with SEED 1: its collectives carry no timing, so its phases are all there is;
+    it reported each iteration 0.25 s after its 15 peers, and the periodic evaluation judged
+    each with the 15 (most ranks had reported): it was never compared, and missed. An
+    iteration waits a while for the ranks that have not reported. Drill: judged at once, as
+    before, nobody is named."""
+    from commwatch.capture import read_sorted
+    from commwatch.decode import decode_messages
+    from commwatch.streams.detect import Detector
+    from commwatch.streams.detect import steps
+
+    if drill:
+        monkeypatch.setattr(steps, "LATE_REPORT_NS", 0)
+        monkeypatch.setattr(steps, "LATE_REPORT_SHARE", 0.0)
+    msgs = read_sorted(gen_a("slow2x_longstep_1x1x16_r3", seed=1))
+    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    named = [e["culprit_ranks"] for e in events if e["kind"] == "slow_rank" and e["status"] == "open"]
+    assert named == ([] if drill else [[3]])

@@ -376,7 +376,7 @@ def test_a_rank_computing_clearly_faster_than_a_slower_one_in_a_comm_they_share_
     computed 139 ms to the culprit's 204. It waits for 133 there, although 133 was found by a
     smaller ratio (2.1x) in another comm: which of two is slower, the comm they share says. Its
     1.07x there is also within the TP groups' spread (the test above). Drill: without both
-    rules, rank 128 is named too."""
+    rules, rank 128 is named too (with the TP group's other members)."""
     from commwatch.streams.detect import slow
     from commwatch.streams.detect.slow import SlowTracker
 
@@ -384,7 +384,7 @@ def test_a_rank_computing_clearly_faster_than_a_slower_one_in_a_comm_they_share_
         monkeypatch.setattr(slow, "ELSEWHERE_SPREADS", 0.0)
         monkeypatch.setattr(SlowTracker, "_waiting_on_slower", lambda *a: [])
     named = _slow_ranks_of(settings, gen_c("s10c", seed=6000))
-    assert [128] in named if drill else named == [[133]]
+    assert any(128 in ranks for ranks in named) if drill else named == [[133]]
 
 
 def test_a_stall_is_one_gap_far_over_the_other_members_and_a_pause_of_all_is_none():
