@@ -115,10 +115,10 @@ class StepTracker:
             if world:
                 if len(got) < need:
                     break
-            elif len(got) < need and not (
-                    len(got) >= max(1, 0.9 * need) and now_ns - max(t for _, _, t in got.values()) >= grace) and not any(
-                    i > it and len(v) >= 0.9 * need for i, v in self.iters.items()):
-                break
+            elif len(got) < need:
+                waited = len(got) >= max(1, 0.9 * need) and now_ns - max(t for _, _, t in got.values()) >= grace
+                if not waited and not any(i > it and len(v) >= 0.9 * need for i, v in self.iters.items()):
+                    break
             self._judge(it, got, coords, open_ranks)
             self.judged = it
         return self.verdicts
