@@ -670,17 +670,21 @@ class SlowTracker:
         context-parallel or data-parallel calls (their gaps hold the waits), were named with it
         (a P1 among them); between their tensor-parallel calls they computed 0.65-1.0x their
         peers. Nor where half or more of its peers there are slow too (`hot`: found slow now, or
-        named): like them says nothing (generator A's slow node, a quarter of a stage: each
-        tensor-parallel group on it slow as a whole, its ranks computed alike between their TP
-        calls, and seven of the eight were never named)."""
+        named) and none of those computes clearly more there (by half `slow_impact`): like them
+        says nothing (generator A's slow node, a quarter of a stage: each tensor-parallel group
+        on it slow as a whole, its ranks computed alike between their TP calls, and seven of the
+        eight were never named); a peer that does is the one it waits for (generator C's TP=2
+        victim, drawn with seed 6000, whose only TP peer was the culprit, was named P2)."""
         step_ms = self.step_ns / 1e6 or max((res[rank][2] for res in short.values() if rank in res), default=0.0)
         for c, res in short.items():
             v = res.get(rank)
             ct = self.comms.get(c)
             if c == judged or v is None or ct is None or ct.p2p or not MIN_BUSY_MS <= v[2] <= FINE_SHARE * step_ms:
                 continue
-            if 2 * sum(q in hot for q in ct.ranks if q != rank) >= len(ct.ranks) - 1:
-                continue
+            peers_hot = [q for q in ct.ranks if q != rank and q in hot]
+            if 2 * len(peers_hot) >= len(ct.ranks) - 1 and not any(
+                    q in res and res[q][1] > v[1] * (1.0 + self.slow_impact / 2) for q in peers_hot):
+                continue  # like peers slow too, none of them clearly slower here: says nothing
             spread = noise.get(c)
             if spread is None or spread > NOISY or ct.ts_ns - ct.interval_ns < onset:
                 continue

@@ -584,3 +584,12 @@ def test_a_slow_node_whose_tp_groups_are_slow_as_a_whole_is_named_at_once(settin
         monkeypatch.setattr(SlowTracker, "_normal_elsewhere", lambda self, *a: elsewhere(self, *a[:5]))
     named = _slow_ranks_of(settings, gen_a("slownode_2x2x16_gpu_node2_quarterstage", seed=3))
     assert named == ([[17]] if drill else [list(range(16, 24))])
+
+
+def test_a_victim_whose_only_tp_peer_is_the_culprit_is_not_named(settings, gen_c):
+    """The third generator's interleaved pipeline (TP 2), rank 13 slow from 20 s, drawn with
+    seed 6000: its TP peer 12, found slow in a coarser comm, computed less than 13 between
+    their TP calls, yet that comm was passed over because its one peer was slow too (the rule
+    for a slow node, whose TP groups compute alike), and 12 was named P2 with it (as on
+    72778fa). A peer clearly slower there is the one it waits for."""
+    assert _slow_ranks_of(settings, gen_c("s02b", seed=6000)) == [[13]]
