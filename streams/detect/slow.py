@@ -37,6 +37,7 @@ their iteration phases (`steps.py`) still can.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
@@ -902,14 +903,21 @@ class SlowTracker:
         for (r, _), events in recent.items():
             sizes.setdefault(r, []).extend(e[1] for e in events)
         counted: dict[int, dict[str, int]] = {}
+        gap_of: dict[str, float] = {}  # per comm, its members' typical gap (ms; nan: none)
+
+        def comm_gap(c: str, ct) -> float:
+            if c not in gap_of:
+                typical = ct.typical_of()
+                gap_of[c] = float(np.nanmedian(typical)) if np.isfinite(typical).any() else math.nan
+            return gap_of[c]
+
         for r, ms in sizes.items():
             size = statistics.median(ms)
             counts = {}
             for c, ct in self.comms.items():
-                if ct.p2p or r not in ct.ranks or not ct.busy:
+                if ct.p2p or not ct.busy or r not in ct.ranks:
                     continue
-                typical = ct.typical_of()
-                if np.isfinite(typical).any() and STALL_TYPICAL * float(np.nanmedian(typical)) <= size:
+                if STALL_TYPICAL * comm_gap(c, ct) <= size:
                     counts[c] = len(recent.get((r, c), ()))
             if counts and min(counts.values()):
                 counted[r] = counts
