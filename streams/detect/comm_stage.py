@@ -8,7 +8,8 @@ Reports (JSON-able dicts, each with "type", "job", "ts_ns" = the job's event tim
   (ranks inside it), `missing` (members that never entered it), `t_in` (when each entered
   it, on its own clock, 0 unknown), `queued` (entered members known only to have enqueued
   it while another member is known inside it on its device: their devices have not reached
-  it)}]. A collective comm has at
+  it), `peer_done` (a P2P call whose other side completed its own: the transfer is over
+  for the peer, this side's completion never came)}]. A collective comm has at
   most one blocked instance: the first that no member completed (`d + 1`); the calls a
   rank queued behind it are not listed (they are symptoms). A P2P channel is blocked when
   a posted send or recv does not complete; its instance has the two ranks as members.
@@ -405,10 +406,12 @@ class CommStage:
                 ra = st.p2p_real.get((a, b, is_recv), -1) >= k
                 rb = st.p2p_real.get((b, a, 1 - is_recv), -1) >= k
                 queued = [int(ranks[b])] if ra and not rb else [int(ranks[a])] if rb and not ra else []
+            received = other is not None and other[1] >= k  # the other side completed its call k
             instances.append({"seq": int(k), "op": op, "p2p": True,
                               "since_ns": int(since), "entered": [int(ranks[a])] + ([int(ranks[b])] if posted else []),
-                              "missing": [] if posted or (other is not None and other[1] >= k) else [int(ranks[b])],
-                              "t_in": [int(t_in)] + ([int(other[3])] if posted else []), "queued": queued})
+                              "missing": [] if posted or received else [int(ranks[b])],
+                              "t_in": [int(t_in)] + ([int(other[3])] if posted else []), "queued": queued,
+                              "peer_done": received})
         instances = [i for i in instances if i["entered"]]
         if not instances:
             return None

@@ -461,7 +461,16 @@ class JobStage:
         # a rank silent for the threshold is hung once others wait on it inside a call (for the
         # floor: the threshold measures the rank's own silence against its cadence; peers reach
         # the call it never entered only at their own pace, within that cadence)
-        an = waits.analyse(current, now_ns, min(thr, self.settings.hang_floor_s * 1e9), exited | set(stuck) | left)
+        # a rank inside a P2P call whose other side completed its own: the transfer is over
+        # for the peer, and this side's completion never came (its process died inside the
+        # call, or its completion path is stuck): it waits on nobody, and its call is no
+        # transport hang. Generator A's node whose eight processes died just after entering
+        # their pipeline recvs (its agent heartbeating on), drawn with SEED 6: the eight recvs,
+        # their sends completed, were eight comm_hangs (one P0 naming no rank), and the eight
+        # dead ranks were never named
+        sent = {i["entered"][0] for w in current.values() for i in w["instances"] if i.get("peer_done")}
+        an = waits.analyse(current, now_ns, min(thr, self.settings.hang_floor_s * 1e9),
+                           exited | set(stuck) | left | sent)
         js.analysis = an
         # comms with a call entered and not completed whose wait is not reported yet (it is,
         # once waited in for a second): a member silent there may be inside that call

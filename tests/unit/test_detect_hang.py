@@ -195,6 +195,59 @@ def test_p2p_hang_names_the_peer_that_never_posted_its_recv(settings):
     assert inc["incident"] == f"j1-hang-{PP:016x}-p2p3" and "never entered Recv #3" in inc["summary"]
 
 
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_rank_that_died_in_a_recv_its_sender_completed_is_named_not_the_transport(settings, monkeypatch, drill):
+    """Rank 4 enters recv #3 and dies inside it; rank 3's send #3 completes (the data left it),
+    and its send #4 waits for a recv rank 4 never posts. Rank 4's open recv, its other side
+    complete, is no transport hang: the rank is named (generator A's node whose processes died
+    just after entering their pipeline recvs, drawn with SEED 6: one comm_hang naming no
+    rank). Drill: the completed other side not reported, a comm_hang."""
+    import numpy as np
+
+    from commwatch import topics, wire
+    from commwatch.capture import Message
+    from commwatch.streams.detect.comm_stage import CommStage
+
+    if drill:
+        report = CommStage.wait_report
+
+        def without(self, st, now_ns):
+            rep = report(self, st, now_ns)
+            for i in (rep or {}).get("instances", ()):
+                i.pop("peer_done", None)
+            return rep
+
+        monkeypatch.setattr(CommStage, "wait_report", without)
+    PP = 0xC3
+    j = HandJob(settings, {TP: [0, 1, 2, 3], PP: [3, 4]}, NODES)
+    steps(j, 3)
+
+    def p2p(rank, cr, op, peer, seq, t, done):
+        r = wire.empty(1)
+        r["kind"], r["op"], r["comm"], r["rank"], r["comm_rank"] = wire.KIND_CALL, op, PP, rank, cr
+        r["peer"], r["seq"], r["nranks"], r["t_start_ns"] = peer, seq, 2, t
+        if done:
+            r["flags"], r["t_end_ns"] = wire.FLAG_COMPLETED, t + MS
+        return r
+
+    t = j.now
+    for k in range(3):
+        batch = np.concatenate([p2p(3, 0, wire.OP_SEND, 1, k, t + k * S, True),
+                                p2p(4, 1, wire.OP_RECV, 0, k, t + k * S, True)])
+        j.send(Message(topics.CALLS, topics.comm_key("j1", PP), t + k * S + 2 * MS, wire.encode_batch(batch)))
+    j.heartbeats(t + 3 * S)
+    t = j.now + S
+    batch = np.concatenate([p2p(3, 0, wire.OP_SEND, 1, 3, t, True), p2p(4, 1, wire.OP_RECV, 0, 3, t, False),
+                            p2p(3, 0, wire.OP_SEND, 1, 4, t + 10 * MS, False)])
+    j.send(Message(topics.CALLS, topics.comm_key("j1", PP), t + 20 * MS, wire.encode_batch(batch)))
+    j.heartbeats(t + 12 * S)
+    (inc,) = j.opened()
+    if drill:
+        assert inc["kind"] == "comm_hang" and inc["culprit_ranks"] == []
+    else:
+        assert inc["kind"] == "hang" and inc["culprit_ranks"] == [4] and inc["culprit_nodes"] == ["n1"]
+
+
 
 def test_a_rank_blocked_in_a_call_whose_wait_is_not_reported_yet_is_not_named(settings):
     """Rank 2 hangs before the pair's call #9; rank 3 is inside it, ranks 0 and 1 wait in the
