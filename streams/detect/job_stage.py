@@ -622,8 +622,13 @@ class JobStage:
         incident stays in it, whichever way it is found now, and a rank found later joins the
         open incident of its node or group: one fault, one incident (generator A's slow node of
         a data-parallel job under host-enqueue, judged by the phases: seven of its eight ranks
-        in one incident, the eighth 3 s later in another)."""
+        in one incident, the eighth 3 s later in another; drawn with SEED 6, one of them first,
+        alone, and five others 1 s later in a second incident)."""
         named = {r: key for key, inc in js.book.open.items() if inc.kind == "slow_rank" for r in inc.culprit_ranks}
+        node_open: dict[str, tuple] = {}  # node -> the first open incident naming a rank of it
+        for r, key in named.items():
+            if js.node_of.get(r) is not None:
+                node_open.setdefault(js.node_of[r], key)
         new = [r for r in found if r not in hung and r not in named]
         together: dict[tuple, list[int]] = {}
         for r in new:
@@ -637,8 +642,9 @@ class JobStage:
             if r in hung:
                 continue
             by_node, by_group = ("slow_rank", "node", js.node_of.get(r)), ("slow_rank", "group", ev.get("group"))
-            key = named.get(r) or next((k for k in (by_node, by_group) if len(together.get(k, ())) > 1
-                                        or k in js.book.open), ("slow_rank", r))
+            key = (named.get(r) or next((k for k in (by_node, by_group) if k in js.book.open), None)
+                   or node_open.get(by_node[2])
+                   or next((k for k in (by_node, by_group) if len(together.get(k, ())) > 1), ("slow_rank", r)))
             units.setdefault(key, ([], ev))[0].append(r)
         out = []
         for key, (ranks, ev) in units.items():

@@ -71,3 +71,22 @@ def test_a_rank_of_a_slow_node_found_later_joins_the_nodes_incident(settings):
     assert [(key, ranks) for key, ranks, _ in later] == [(("slow_rank", "node", "node-01"), list(range(8, 16)))]
     alone = stage._slow_units(js, {3: dict(ev)}, set())  # a rank of another node: its own
     assert [key for key, _, _ in alone] == [("slow_rank", 3)]
+
+
+def test_ranks_of_a_node_found_after_one_of_them_join_its_incident(settings):
+    """The same node drawn with SEED 6: rank 10 was found first, alone, and named in an
+    incident of its own; five others of its node 1 s later, together, in a second one. They
+    join the open incident of their node's rank: one fault, one incident (by the rule of the
+    test above alone, two incidents)."""
+    stage = JobStage(settings)
+    js = stage.job("j")
+    js.node_of = {r: "node-01" if r >= 8 else "node-00" for r in range(16)}
+    ev = {"ratio": 1.4, "slowdown": 0.4, "impact": 0.1, "signal": "phases"}
+    (first,) = stage._slow_units(js, {10: dict(ev)}, set())
+    assert first[:2] == (("slow_rank", 10), [10])
+    js.book.assert_(first[0], T0, kind="slow_rank", severity="P3", culprit_ranks=first[1], culprit_nodes=[],
+                    comm="", summary="", evidence=first[2], id_hint="r")
+    found = {r: dict(ev) for r in (8, 9, 10, 11, 13, 14)}
+    assert [(key, ranks) for key, ranks, _ in stage._slow_units(js, found, set())] == [
+        (("slow_rank", 10), [8, 9, 10, 11, 13, 14])]
+    assert [key for key, _, _ in stage._slow_units(js, {3: dict(ev)}, set())] == [("slow_rank", 3)]
