@@ -117,15 +117,15 @@ def test_medians_of_the_others_are_what_statistics_gives():
             assert _medians_of_others(v) == [statistics.median(v[:i] + v[i + 1:]) for i in range(n)]
 
 
-def _first_found(phases_of, iterations=12, world=8):
+def _first_found(phases_of, iterations=12, world=8, step=S):
     """The iteration at whose evaluation a rank was first named, and who."""
     coords = {r: {"tp": 0, "pp": 0, "dp": r} for r in range(world)}
     st = StepTracker(slow_impact=0.2, slow_windows=2, model="numpy")
     for it in range(iterations):
         for r in range(world):
-            st.add({"v": 1, "job": "j", "rank": r, "iteration": it, "t_start_ns": it * S, "t_end_ns": (it + 1) * S,
-                    "phases": phases_of(r, it)})
-        found = st.evaluate((it + 1) * S, coords, set())
+            st.add({"v": 1, "job": "j", "rank": r, "iteration": it, "t_start_ns": it * step,
+                    "t_end_ns": (it + 1) * step, "phases": phases_of(r, it)})
+        found = st.evaluate((it + 1) * step, coords, set(), world)
         if found:
             return it, set(found)
     return None, set()
@@ -296,3 +296,66 @@ def test_an_iteration_most_ranks_reported_waits_for_the_straggler(settings, gen_
     events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
     named = [e["culprit_ranks"] for e in events if e["kind"] == "slow_rank" and e["status"] == "open"]
     assert named == ([] if drill else [[3]])
+
+
+def test_the_first_iteration_waits_for_the_reports_of_ranks_not_heard_from_yet():
+    """The job's first iteration: every rank seen is the first one that reported, so "all
+    reported" held at once and the iteration was judged on that one report (no spread learnt,
+    nothing compared); it waits a tenth of its steps for the others, as a late one does.
+    Drill: judged with the first report alone."""
+    st = StepTracker(slow_impact=0.2, slow_windows=2, model="numpy")
+    coords = {r: {"tp": 0, "pp": 0, "dp": r} for r in range(8)}
+    end = 40 * S
+    st.add({"v": 1, "job": "j", "rank": 0, "iteration": 0, "t_start_ns": 0, "t_end_ns": end,
+            "phases": {"forward_ms": 13000.0, "backward_ms": 26000.0}})
+    st.evaluate(end, coords, set())
+    assert st.judged == -1
+    for r in range(1, 8):
+        st.add({"v": 1, "job": "j", "rank": r, "iteration": 0, "t_start_ns": 0, "t_end_ns": end + S,
+                "phases": {"forward_ms": 13000.0, "backward_ms": 26000.0}})
+    st.evaluate(end + 2 * S, coords, set())
+    assert st.judged == -1  # 1 s after the last report, 4 s (a tenth of 40 s) not passed
+    st.evaluate(end + 6 * S, coords, set())
+    assert st.judged == 0 and len(st.spread[-1]) == 16
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_job_of_long_steps_warms_up_in_its_first_iteration(settings, gen_a, monkeypatch, drill):
+    """Generator A's data-parallel job with long steps (16 ranks, GPU-timed), rank 3 2.4x slow
+    from the start: every phase stretched alike in every iteration, it was named after its
+    third iteration (88 s), the first two being warm-up. Warm-up costs seconds: in a job whose
+    first two iterations took 10 s or more each, the second is past it, and the rank is named
+    at its end (58 s). Drill: warm-up by count alone, named after the third."""
+    from commwatch.capture import read_sorted
+    from commwatch.decode import decode_messages
+    from commwatch.streams.detect import Detector
+    from commwatch.streams.detect import steps
+
+    if drill:
+        monkeypatch.setattr(steps, "WARMUP_S", float("inf"))
+    msgs = read_sorted(gen_a("slowstart_longstep_1x1x16_r3"))
+    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    opened = [e for e in events if e["kind"] == "slow_rank" and e["status"] == "open"]
+    assert [e["culprit_ranks"] for e in opened] == [[3]]
+    at_s = (opened[0]["opened_ns"] - msgs[0].ts_ns) / S
+    assert (at_s > 80) if drill else (at_s < 62)
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_phase_far_longer_than_its_peers_decides_in_one_iteration(monkeypatch, drill):
+    """Generator B's rank 2x slower in forward from 35 s of a job with 30 s steps: 1.9x and
+    26 s longer than its peers in its first slowed iteration, it was missed in every draw of
+    its 150 s capture (the second slowed iteration ended after it). A phase 1.5x its peers'
+    and 5 s longer decides alone; a short pause (1.6x, 0.18 s) still needs a second iteration.
+    Drill: no such rule, named an iteration later."""
+    from commwatch.streams.detect import steps
+
+    if drill:
+        monkeypatch.setattr(steps, "LONG_EXCESS_MS", float("inf"))
+
+    def slower(r, it):
+        return {"forward_ms": 30000.0 * (1.8 if r == 5 and it >= 4 else 1.0), "backward_ms": 2000.0}
+
+    assert _first_found(slower, step=40 * S) == ((5 if drill else 4), {5})
+    assert _first_found(lambda r, it: {"forward_ms": 480.0 if r == 5 and it >= 6 else 300.0,
+                                       "backward_ms": 500.0}) == (7, {5})
