@@ -30,7 +30,14 @@ def _incidents(settings, cfg: jm.JobConfig) -> tuple[list[dict], jm.JobRun]:
     built = bs._built([run], [""], 0.0)
     events, refused = feed(built, settings)
     assert refused == 0
-    return [e for e in events if e["status"] == "open" and e["kind"] == "slow_rank" and e["culprit_ranks"]], run
+    # per incident its opening, naming every rank it ever named (a rank found later joins the
+    # open incident of its node: in an update)
+    ranks: dict[str, set[int]] = {}
+    for e in events:
+        if e["kind"] == "slow_rank" and e["status"] in ("open", "update"):
+            ranks.setdefault(e["incident"], set()).update(e["culprit_ranks"])
+    return [{**e, "culprit_ranks": sorted(ranks[e["incident"]])} for e in events
+            if e["status"] == "open" and e["kind"] == "slow_rank" and e["culprit_ranks"]], run
 
 
 def _slow_node(probe: str, steps_on: bool) -> jm.JobConfig:
@@ -88,8 +95,8 @@ def test_a_slow_ranks_tp_peer_is_not_named_after_checkpoints(settings, monkeypat
     cfg = jm.JobConfig(job="ck", tp=2, pp=2, dp=4, duration_s=120.0, seed=1447, checkpoint_every=15,
                        checkpoint_s=(10.0, 20.0), faults=(jm.SlowGpu(9, 1.4, 15.0),))
     opened, _ = _incidents(settings, cfg)
-    assert [9] in _named(opened)
-    assert ([8] in _named(opened)) is not sticky
+    assert any(9 in r for r in _named(opened))
+    assert any(8 in r for r in _named(opened)) is not sticky  # (on rank 9's node: in its incident)
 
 
 @pytest.mark.parametrize("drill", [False, True])
@@ -105,7 +112,7 @@ def test_a_tp_peer_whose_own_compute_looks_slower_by_chance_is_not_named(setting
     cfg = jm.JobConfig(job="jt", tp=2, pp=2, dp=4, duration_s=50.0, seed=1127, jitter=0.15,
                        faults=(jm.SlowGpu(6, 1.5, 15.0),))
     opened, _ = _incidents(settings, cfg)
-    assert [6] in _named(opened)
+    assert any(6 in r for r in _named(opened))
     assert any(7 in r for r in _named(opened)) is drill
 
 
