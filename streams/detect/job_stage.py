@@ -49,6 +49,7 @@ FRESH_EVAL_NS = 100_000_000  # slow-rank evaluations between the periodic ones (
 HW_CLOCK_RATIO = 0.85  # SM clock below this share of the job's median is an anomaly
 HW_SLOW_EVIDENCE_RATIO = 0.95
 P1_AFTER_NS = 10_000_000_000  # a slow rank costing half the job's time is P1 once it lasts this long
+NODE_JOIN_NS = 5_000_000_000  # a rank joins the incident of another rank of its node opened this recently (`_slow_units`)
 HW_HOLD_NS = 10_000_000_000  # a hardware anomaly this old with no slowdown is a hw_fault
 STUCK_HW_NS = 30_000_000_000  # a stuck completion path while the job progresses: a hw_fault after this
 JOB_SILENT_NS = 60_000_000_000  # no message at all from a job this long (at most `state_idle_s`): it ended
@@ -615,7 +616,8 @@ class JobStage:
                 if not rates or inc.evidence.get("signal") != "stalls"}
 
     @staticmethod
-    def _slow_units(js: JobState, found: dict[int, dict], hung: set[int]) -> list[tuple[tuple, list[int], dict]]:
+    def _slow_units(js: JobState, found: dict[int, dict], hung: set[int], now_ns: int
+                    ) -> list[tuple[tuple, list[int], dict]]:
         """Incidents to assert: (key, culprit ranks, evidence). One per slow rank; ranks of one
         node found slow at once, one per node (a node throttled as a whole: one page); ranks of
         a group slow as a whole (`slow.py`, `steps.py`), one per group. A rank named by an open
@@ -623,11 +625,15 @@ class JobStage:
         open incident of its node or group: one fault, one incident (generator A's slow node of
         a data-parallel job under host-enqueue, judged by the phases: seven of its eight ranks
         in one incident, the eighth 3 s later in another; drawn with SEED 6, one of them first,
-        alone, and five others 1 s later in a second incident)."""
+        alone, and five others 1 s later in a second incident). A rank alone joins only within
+        `NODE_JOIN_NS` of its incident's opening: a node slowing as a whole shows its ranks
+        within seconds, a rank found long after another of its node is another fault
+        (generator B's DDP job drawn with SEED 7: a rank named at 14 s by a pause, its node's
+        2x culprit found at 27 s joined it, and the incident named a non-culprit)."""
         named = {r: key for key, inc in js.book.open.items() if inc.kind == "slow_rank" for r in inc.culprit_ranks}
         node_open: dict[str, tuple] = {}  # node -> the first open incident naming a rank of it
         for r, key in named.items():
-            if js.node_of.get(r) is not None:
+            if js.node_of.get(r) is not None and now_ns - js.book.open[key].opened_ns <= NODE_JOIN_NS:
                 node_open.setdefault(js.node_of[r], key)
         new = [r for r in found if r not in hung and r not in named]
         together: dict[tuple, list[int]] = {}
@@ -682,7 +688,7 @@ class JobStage:
             found = {r: {**ev, "impact": loss} for r, ev in js.steps.local_verdicts.items()}
         clocks = self._sm_clocks(js)
         med_clock = statistics.median(clocks.values()) if len(clocks) >= 2 else 0.0
-        for key, ranks, ev in self._slow_units(js, found, hung):
+        for key, ranks, ev in self._slow_units(js, found, hung, now_ns):
             impact = ev["impact"]
             open_ = js.book.open.get(key)
             lasting = open_ is not None and now_ns - open_.opened_ns >= P1_AFTER_NS

@@ -63,13 +63,13 @@ def test_a_rank_of_a_slow_node_found_later_joins_the_nodes_incident(settings):
     js = stage.job("j")
     js.node_of = {r: "node-01" if r >= 8 else "node-00" for r in range(16)}
     ev = {"ratio": 1.4, "slowdown": 0.4, "impact": 0.1, "signal": "phases"}
-    units = stage._slow_units(js, {r: dict(ev) for r in range(8, 15)}, set())
+    units = stage._slow_units(js, {r: dict(ev) for r in range(8, 15)}, set(), T0)
     assert [(key, ranks) for key, ranks, _ in units] == [(("slow_rank", "node", "node-01"), list(range(8, 15)))]
     js.book.assert_(units[0][0], T0, kind="slow_rank", severity="P3", culprit_ranks=units[0][1], culprit_nodes=[],
                     comm="", summary="", evidence=units[0][2], id_hint="n")
-    later = stage._slow_units(js, {15: dict(ev)}, set())
+    later = stage._slow_units(js, {15: dict(ev)}, set(), T0 + 3 * S)
     assert [(key, ranks) for key, ranks, _ in later] == [(("slow_rank", "node", "node-01"), list(range(8, 16)))]
-    alone = stage._slow_units(js, {3: dict(ev)}, set())  # a rank of another node: its own
+    alone = stage._slow_units(js, {3: dict(ev)}, set(), T0 + 3 * S)  # a rank of another node: its own
     assert [key for key, _, _ in alone] == [("slow_rank", 3)]
 
 
@@ -77,16 +77,21 @@ def test_ranks_of_a_node_found_after_one_of_them_join_its_incident(settings):
     """The same node drawn with SEED 6: rank 10 was found first, alone, and named in an
     incident of its own; five others of its node 1 s later, together, in a second one. They
     join the open incident of their node's rank: one fault, one incident (by the rule of the
-    test above alone, two incidents)."""
+    test above alone, two incidents); a rank found 13 s after it does not."""
     stage = JobStage(settings)
     js = stage.job("j")
     js.node_of = {r: "node-01" if r >= 8 else "node-00" for r in range(16)}
     ev = {"ratio": 1.4, "slowdown": 0.4, "impact": 0.1, "signal": "phases"}
-    (first,) = stage._slow_units(js, {10: dict(ev)}, set())
+    (first,) = stage._slow_units(js, {10: dict(ev)}, set(), T0)
     assert first[:2] == (("slow_rank", 10), [10])
     js.book.assert_(first[0], T0, kind="slow_rank", severity="P3", culprit_ranks=first[1], culprit_nodes=[],
                     comm="", summary="", evidence=first[2], id_hint="r")
     found = {r: dict(ev) for r in (8, 9, 10, 11, 13, 14)}
-    assert [(key, ranks) for key, ranks, _ in stage._slow_units(js, found, set())] == [
+    assert [(key, ranks) for key, ranks, _ in stage._slow_units(js, found, set(), T0 + S)] == [
         (("slow_rank", 10), [8, 9, 10, 11, 13, 14])]
-    assert [key for key, _, _ in stage._slow_units(js, {3: dict(ev)}, set())] == [("slow_rank", 3)]
+    assert [key for key, _, _ in stage._slow_units(js, {3: dict(ev)}, set(), T0 + S)] == [("slow_rank", 3)]
+    # found long after (generator B's DDP job, SEED 7: a rank named by a pause at 14 s, its
+    # node's culprit at 27 s): another fault, its own incident
+    later = {r: dict(ev) for r in (10, 12)}
+    assert [(key, ranks) for key, ranks, _ in stage._slow_units(js, later, set(), T0 + 13 * S)] == [
+        (("slow_rank", 10), [10]), (("slow_rank", 12), [12])]
