@@ -5,7 +5,7 @@ import pytest
 from commwatch.messages import validate_incident
 from detect_jobs import MS, S, HandJob, steps
 
-TP, DP = 0xA1, 0xB2
+TP, DP, PP = 0xA1, 0xB2, 0xC3
 NODES = {0: "n0", 1: "n0", 2: "n0", 3: "n0", 4: "n1", 5: "n1"}
 
 
@@ -161,13 +161,15 @@ def test_a_silent_node_whose_ranks_still_complete_collectives_is_not_paged(setti
     assert [i["severity"] for i in j.incidents if i["kind"] == "node_lost"][-1] == "P0"
 
 
-def test_p2p_hang_names_the_peer_that_never_posted_its_recv(settings):
+def _pipeline_pair(settings):
+    """Ranks 3 (node n0) and 4 (n1) with a pipeline comm `PP` beside the TP comm: three healthy
+    exchanges (3 sends to 4, 4 receives), heartbeats after. Returns the job and a maker of
+    one P2P record of `PP`."""
     import numpy as np
 
     from commwatch import topics, wire
     from commwatch.capture import Message
 
-    PP = 0xC3
     j = HandJob(settings, {TP: [0, 1, 2, 3], PP: [3, 4]}, NODES)
     steps(j, 3)  # TP only below: PP carries sends/recvs
 
@@ -180,11 +182,19 @@ def test_p2p_hang_names_the_peer_that_never_posted_its_recv(settings):
         return r
 
     t = j.now
-    for k in range(3):  # healthy exchanges: 3 sends to 4, 4 receives
+    for k in range(3):
         batch = np.concatenate([p2p(3, 0, wire.OP_SEND, 1, k, t + k * S, True),
                                 p2p(4, 1, wire.OP_RECV, 0, k, t + k * S, True)])
         j.send(Message(topics.CALLS, topics.comm_key("j1", PP), t + k * S + 2 * MS, wire.encode_batch(batch)))
     j.heartbeats(t + 3 * S)
+    return j, p2p
+
+
+def test_p2p_hang_names_the_peer_that_never_posted_its_recv(settings):
+    from commwatch import topics, wire
+    from commwatch.capture import Message
+
+    j, p2p = _pipeline_pair(settings)
     t = j.now + S
     # rank 3 enters send #3 to rank 4, which never posts the matching recv
     j.send(Message(topics.CALLS, topics.comm_key("j1", PP), t + MS,
@@ -218,24 +228,7 @@ def test_a_rank_that_died_in_a_recv_its_sender_completed_is_named_not_the_transp
             return rep
 
         monkeypatch.setattr(CommStage, "wait_report", without)
-    PP = 0xC3
-    j = HandJob(settings, {TP: [0, 1, 2, 3], PP: [3, 4]}, NODES)
-    steps(j, 3)
-
-    def p2p(rank, cr, op, peer, seq, t, done):
-        r = wire.empty(1)
-        r["kind"], r["op"], r["comm"], r["rank"], r["comm_rank"] = wire.KIND_CALL, op, PP, rank, cr
-        r["peer"], r["seq"], r["nranks"], r["t_start_ns"] = peer, seq, 2, t
-        if done:
-            r["flags"], r["t_end_ns"] = wire.FLAG_COMPLETED, t + MS
-        return r
-
-    t = j.now
-    for k in range(3):
-        batch = np.concatenate([p2p(3, 0, wire.OP_SEND, 1, k, t + k * S, True),
-                                p2p(4, 1, wire.OP_RECV, 0, k, t + k * S, True)])
-        j.send(Message(topics.CALLS, topics.comm_key("j1", PP), t + k * S + 2 * MS, wire.encode_batch(batch)))
-    j.heartbeats(t + 3 * S)
+    j, p2p = _pipeline_pair(settings)
     t = j.now + S
     batch = np.concatenate([p2p(3, 0, wire.OP_SEND, 1, 3, t, True), p2p(4, 1, wire.OP_RECV, 0, 3, t, False),
                             p2p(3, 0, wire.OP_SEND, 1, 4, t + 10 * MS, False)])
@@ -291,7 +284,6 @@ def test_a_rank_whose_completions_stop_while_it_runs_is_not_hung(settings):
     from commwatch import topics, wire
     from commwatch.capture import Message
 
-    PP = 0xC3
     j = HandJob(settings, {TP: [0, 1, 2, 3], DP: [3, 4], PP: [3, 4]}, NODES)
 
     def rec(comm, rank, cr, op, peer, seq, t, done, nranks=2):
