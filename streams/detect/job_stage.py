@@ -469,9 +469,9 @@ class JobStage:
         # their pipeline recvs (its agent heartbeating on), drawn with SEED 6: the eight recvs,
         # their sends completed, were eight comm_hangs (one P0 naming no rank), and the eight
         # dead ranks were never named
-        sent = {i["entered"][0] for w in current.values() for i in w["instances"] if i.get("peer_done")}
+        done_by_peer = {i["entered"][0] for w in current.values() for i in w["instances"] if i.get("peer_done")}
         an = waits.analyse(current, now_ns, min(thr, self.settings.hang_floor_s * 1e9),
-                           exited | set(stuck) | left | sent)
+                           exited | set(stuck) | left | done_by_peer)
         js.analysis = an
         # comms with a call entered and not completed whose wait is not reported yet (it is,
         # once waited in for a second): a member silent there may be inside that call

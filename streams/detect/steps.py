@@ -259,17 +259,16 @@ class StepTracker:
             m = self.models.get(r)
             if m is None:
                 m = self.models[r] = RankModel(self.model_kind, self.slow_impact, self.slow_windows)
-            best, ref, phase = verdicts[r]["_best"]
-            long_excess = best >= FAST_RATIO and got[r][1][phase] - ref >= LONG_EXCESS_MS and r not in groups_of
+            _, ref, phase = verdicts[r]["_best"]  # its largest phase ratio (`ratio`): ref, phase
+            mine = got[r][1][phase]
+            long_excess = ratio >= FAST_RATIO and mine - ref >= LONG_EXCESS_MS and r not in groups_of
             onset = m.update(ratio, self.last_end_ns, self.last_end_ns, held=r in open_ranks,
                              conclusive=self._conclusive(stretched.get(r, ()), r in groups_of) or long_excess,
                              noise=noise)
             if onset is None or not self._warmed():  # the first iterations seen (a job resumed
                 # from a checkpoint starts at its iteration, and warms up all the same)
                 continue
-            ratio, ref, phase = verdicts[r]["_best"]
             step_ms = got[r][0] * 1e3
-            mine = got[r][1][phase]
             out[r] = {"ratio": round(ratio, 3), "slowdown": round(ratio - 1.0, 3), "iteration": it, "phase": phase,
                       "phase_ms": round(mine, 3), "peers_phase_ms": round(ref, 3),
                       "impact": round(min(1.0, (mine - ref) / step_ms), 4) if step_ms > 0 else 0.0,
