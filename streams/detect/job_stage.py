@@ -659,6 +659,25 @@ class JobStage:
             out.append((key, ranks, {**ev, "ranks": ranks} if len(ranks) > 1 else ev))
         return out
 
+    def _echoes(self, js: JobState, found: dict[int, dict], phased: dict[int, dict], now_ns: int) -> list[int]:
+        """Ranks the collectives newly judge slow that the iteration phases show computing like
+        their peers (their largest phase ratio in the latest iteration under half the
+        threshold's excess), while the phases name another rank slower, or an incident does:
+        they wait on it, and
+        the waits fall between their calls of the comm they are judged in. Generator C's
+        interleaved pipeline drawn with 12000: its culprit (1.5x in its phases) named at once,
+        the next stage's tensor-parallel pair (phases 1.0x) named 11.5 s later as a slow node,
+        2x between its TP calls, where its recvs from the culprit's stage sit in an interleaved
+        schedule. Where the phases name nobody (an FSDP job: every rank waits on the culprit
+        inside its phases alike), nothing is taken back."""
+        named = self._slow_open(js)
+        culprits = named | {r for r, ev in phased.items() if ev.get("ratio", 0.0) >= 1 + js.slow.slow_impact}
+        if not culprits or now_ns - js.steps.last_end_ns > 3 * self.median_step_ns(js):
+            return []  # nobody else named, or no recent iteration judged
+        half = 1 + js.slow.slow_impact / 2
+        return [r for r, ev in found.items() if ev.get("signal") == "collectives" and r not in culprits
+                and js.steps.ratio.get(r, half) < half]
+
     def _slow(self, js: JobState, now_ns: int, out: list, periodic: bool = True) -> None:
         """Slow ranks and groups judged now. The periodic evaluation (every `SLOW_EVAL_NS`),
         not the ones a new window calls for, also judges the iterations most ranks reported
@@ -674,7 +693,10 @@ class JobStage:
         # phases may hold waits, compute intervals do not: a rank the collectives judge slow is
         # theirs; a lone straggler in a phase where they see nothing (its collectives carry no
         # timing, or are too coarse: a gradient all-reduce the probe does not see) is the phases'
-        for r, ev in (js.steps.evaluate(now_ns, js.coords, held) if periodic else js.steps.verdicts).items():
+        phased = js.steps.evaluate(now_ns, js.coords, held) if periodic else js.steps.verdicts
+        for r in self._echoes(js, found, phased, now_ns):
+            del found[r]
+        for r, ev in phased.items():
             if r in found:
                 found[r]["phases"] = ev
             else:

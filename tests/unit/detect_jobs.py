@@ -110,3 +110,20 @@ def steps(job: HandJob, n: int, step: int = S, late: dict[int, dict[int, int]] |
             starts = {r: t + late.get(comm, {}).get(r, 0) + int(rng.integers(0, jitter + 1)) for r in ranks}
             job.collective(comm, seq, starts, max(starts.values()) + (xfer or {}).get(comm, 2 * MS), skew)
         job.beat(job.now)
+
+
+def slow_ranks_of(settings, cap) -> list[list[int]]:
+    """A capture through the detector core: per slow_rank incident, in the order they opened,
+    every rank it named (at its opening or in an update: a rank found later joins the open
+    incident of its node)."""
+    from commwatch.capture import read_sorted
+    from commwatch.decode import decode_messages
+    from commwatch.streams.detect import Detector
+
+    msgs = read_sorted(cap)
+    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    named: dict[str, set[int]] = {}
+    for e in events:
+        if e["kind"] == "slow_rank" and e["status"] in ("open", "update"):
+            named.setdefault(e["incident"], set()).update(e["culprit_ranks"])
+    return [sorted(ranks) for ranks in named.values()]

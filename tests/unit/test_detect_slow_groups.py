@@ -5,6 +5,8 @@ event-time order through the detector as `commwatch bench detect` feeds them).
   judged against each other the group's members are even; it is one incident naming all of
   them, found by the collectives alone and by the iteration phases alone. In a data-parallel
   job, where each is found on its own, still one incident.
+- A pipeline stage waiting on a slow rank of the stage before it, its iteration phases like
+  its peers', is not named while the phases name that rank.
 - A slow rank's tensor-parallel peer is not named: not after checkpoints (its fine comm
   then holds the checkpoint's gap a while, and in a coarser comm it waits on the slow rank
   inside its gaps), nor by phases it spends waiting when its own compute looks slower by chance.
@@ -21,6 +23,7 @@ from commwatch.streams import bench_scenarios as bs
 from commwatch.streams.bench_detect import feed
 from commwatch.streams.detect import rank_model, slow, steps
 from commwatch.streams.detect.rank_model import RankModel
+from detect_jobs import slow_ranks_of
 
 S = 1_000_000_000
 
@@ -114,6 +117,24 @@ def test_a_tp_peer_whose_own_compute_looks_slower_by_chance_is_not_named(setting
     opened, _ = _incidents(settings, cfg)
     assert any(6 in r for r in _named(opened))
     assert any(7 in r for r in _named(opened)) is drill
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_pipeline_stage_waiting_on_a_slow_rank_is_not_named_while_its_phases_are_normal(
+        settings, gen_c, monkeypatch, drill):
+    """Generator C's interleaved pipeline (TP 2, PP 4, DP 4, GPU-timed) drawn with 12000: rank
+    13 (stage 2) 1.5x from 20 s, named at once by its phases. The next stage's TP pair (14,
+    15) computes as fast as ever (its phases 1.0x), but in an interleaved schedule its recvs
+    from the slow stage sit between its TP calls: 2x there against the other pipelines' pairs,
+    it was named as a slow node 11.5 s later. Drill: the phases take nothing back
+    (`JobStage._echoes`)."""
+    from commwatch.streams.detect import job_stage
+
+    if drill:
+        monkeypatch.setattr(job_stage.JobStage, "_echoes", lambda *a: [])
+    named = slow_ranks_of(settings, gen_c("s02b", seed=12000))
+    assert [13] in named
+    assert (named == [[13]]) is not drill
 
 
 @pytest.mark.parametrize("typical", [True, False])
