@@ -3,8 +3,9 @@
 Every scenario (`bench_scenarios`: the project's simulator and the independent job model)
 is fed in-process, message by message in event-time order (one multi-job scenario also in
 the order a live worker receives them), through the same `Detector` as `commwatch replay`: `feed(msg)` then `tick(msg.ts_ns)` (a message
-the detector refuses is counted and skipped), a last tick at the end, and for jobs that
-end, ticks every 0.5 s for a while after. Incidents are scored by `bench_score`: exact
+the detector refuses is counted and skipped), a last tick at the end, for jobs that end
+ticks every 0.5 s for a while after, and the end of the capture as replay ends it
+(`Detector.finish`). Incidents are scored by `bench_score`: exact
 culprits, victims and extra P0/P1s count as false, advisories apart.
 
 Printed: per kind expected / hits / false / precision / recall / false P0/P1 per healthy
@@ -45,6 +46,7 @@ def feed(built: Built, settings: Settings) -> tuple[list[dict], int]:
         events += det.tick(last)
         for k in range(1, int(built.tail_s / TAIL_TICK_S) + 1):
             events += det.tick(last + round(k * TAIL_TICK_S * S))
+        events += det.finish()  # the capture's end, as `commwatch replay` ends it
     return events, refused
 
 

@@ -1,8 +1,9 @@
 """`commwatch replay FILE.cwcap`: the live detectors over a capture, alerts as JSON Lines.
 
 Messages are read with `capture.read_sorted` (stable by `ts_ns`), fed to the `Detector`,
-and time advances with them (a tick at every message time and at the last one). Every
-incident event is written to stdout, one JSON object a line.
+and time advances with them (a tick at every message time); at the end every job judges
+what it received once more (`Detector.finish`), time standing still. Every incident event is
+written to stdout, one JSON object a line.
 
 A capture ends, and it ends for each node at its own clock's reading of the end: sorted by
 stamp, a node whose clock runs 3 s ahead of the others goes on for 3 s after they stop, and
@@ -58,8 +59,8 @@ def replay(path: str, settings: Settings, out, err) -> dict:
     for msg, d in zip(msgs, decoded):
         if isinstance(d, WireError) and msg.topic != topics.ALERTS:
             skipped[f"{msg.topic}: {d.reason}"] += 1
-    for lo in range(0, len(msgs), CHUNK):
-        events = det.feed_stream(msgs[lo:lo + CHUNK], decoded[lo:lo + CHUNK])
+    for lo in range(0, len(msgs) + CHUNK, CHUNK):  # the last pass: the capture's end
+        events = det.feed_stream(msgs[lo:lo + CHUNK], decoded[lo:lo + CHUNK]) if lo < len(msgs) else det.finish()
         for ev in events:
             out.write(messages.dumps(ev).decode("utf-8") + "\n")
         alerts += len(events)

@@ -125,6 +125,19 @@ class Detector:
         self._idle_until = self._next_due() if self.held is _never else 0
         return out
 
+    def finish(self) -> list[dict]:
+        """The input ended (`commwatch replay` at a capture's end): time does not run on, but
+        every job's stage 2 judges what it received once more, at its now. Its periodic tick
+        (`job_stage.TICK_NS`) may not have come since the last reports: generator C's
+        watchdog abort drawn with 14000, whose ranks' exits reached stage 2 in the capture's
+        last 70 ms, kept its hang open (the job had ended). Returns incident events."""
+        out = self.tick(self.ref_ns)
+        for job in list(self.job_stage.jobs):
+            if not self.held(job):
+                now = self.job_clocks.now(job, self.ref_ns)
+                out.extend(self._guard(job, self.job_stage.tick_job, job, now, False, True))
+        return out
+
     def _next_due(self) -> int | float:
         """The earliest reference time at which a tick does anything for some job: its stage-1
         or stage-2 tick is due (each at most once per `TICK_NS` of the job's own time). Any

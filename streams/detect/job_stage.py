@@ -184,14 +184,15 @@ class JobStage:
             out.extend(self.tick_job(job, now_of(job)))
         return out
 
-    def tick_job(self, job: str, now_ns: int, hold: bool = False) -> list[dict]:
+    def tick_job(self, job: str, now_ns: int, hold: bool = False, final: bool = False) -> list[dict]:
         """Time passing for one job (at most once per `TICK_NS` of its time). `hold`: its input
         is being caught up on, so nothing is concluded (silences, hangs, lost nodes, the job's
-        end, slow ranks from a partial view), and what is open stays open."""
+        end, slow ranks from a partial view), and what is open stays open. `final`: the input
+        ended (a capture's end): what was received is judged now, whenever the last tick was."""
         js = self.jobs.get(job)
         if js is None:
             return []
-        if now_ns - js.last_tick < TICK_NS:
+        if now_ns - js.last_tick < TICK_NS and not final:
             if hold or js.ended_ns:
                 return []
             out = self._fresh_steps(js, now_ns) if js.steps.fresh else []

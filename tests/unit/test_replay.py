@@ -3,6 +3,8 @@
 import io
 import json
 
+import pytest
+
 from commwatch import topics
 from commwatch.capture import CaptureWriter, Message
 from commwatch.cli import main
@@ -64,3 +66,21 @@ def test_replay_cli_exit_codes(settings, tmp_path, capsys):
     assert "records/s" in captured.err
     assert main(["replay", str(tmp_path / "missing.cwcap")]) == 1
     assert "cannot read" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_job_whose_processes_exit_as_the_capture_ends_is_resolved_by_replay(settings, gen_c, monkeypatch, drill):
+    """Generator C's watchdog abort (host-enqueue, 32 ranks) drawn with 14000: rank 26 hangs
+    at 20 s, every process exits at 60.6 s and its agents flag the exits for 2.5 s; the capture
+    ends 70 ms after the last of those exits reached stage 2, before the job's next periodic
+    tick: the hang stayed open although the job had ended. At the capture's end every job
+    judges what it received once more (`Detector.finish`). Drill: no last judgement."""
+    from commwatch.streams.detect import Detector
+
+    if drill:
+        monkeypatch.setattr(Detector, "finish", lambda self: [])
+    out = io.StringIO()
+    replay(str(gen_c("s11", seed=14000)), settings, out, io.StringIO())
+    hang = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(e["kind"], e["status"], e["culprit_ranks"]) for e in hang][:1] == [("hang", "open", [26])]
+    assert (hang[-1]["status"] == "resolved" and "process exited" in hang[-1]["summary"]) is not drill
