@@ -91,7 +91,8 @@ class Settings:
     agent_metrics_port: int = _opt(0, minimum=0, doc="the stack's agent metrics port (0 = a free one)")
     # --- detectors ---------------------------------------------------------------------
     hang_floor_s: float = _opt(5.0, minimum=0.1, doc="minimum time inside a call before a hang")
-    hang_gap_factor: float = _opt(3.0, minimum=1.0, doc="hang threshold = max(floor, factor x p99 gap)")
+    hang_gap_factor: float = _opt(3.0, minimum=1.0, doc="hang threshold = max(floor, factor x p99 gap); "
+                                  "where steps are known, at most the step factor x max(step, gap)")
     hang_step_factor: float = _opt(2.0, minimum=0.0, doc="hang threshold >= factor x the job's median step time")
     hang_warmup_s: float = _opt(60.0, minimum=0.0,
                                 doc="a comm that never completed a call is judged hung only after this long")

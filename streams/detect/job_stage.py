@@ -263,10 +263,17 @@ class JobStage:
     def threshold_ns(self, js: JobState, step: float) -> float:
         """Hang threshold: the floor, or longer for a job whose ranks normally go long
         without progress (long steps, a slow stage): its own cadence (`step`: the job's median
-        iteration, ns; 0 when unknown)."""
+        iteration, ns; 0 when unknown). Where the step is known, a comm's longest normal
+        silence counts `hang_step_factor` times, not `hang_gap_factor` times, once it is most
+        of a step: the iterations say what is normal (generator B's host-enqueue job of 31 s
+        steps, its hosts running ahead: its comms silent 29 s an iteration, a threshold of
+        88 s; its hang, waited on from 62.5 s of a 150 s capture, was never named)."""
         s = self.settings
-        return max(s.hang_floor_s * 1e9, s.hang_gap_factor * max(self._gaps(js, step).values(), default=0),
-                   s.hang_step_factor * step)
+        gap = max(self._gaps(js, step).values(), default=0)
+        by_gap = s.hang_gap_factor * gap
+        if step > 0 and s.hang_step_factor > 0:
+            by_gap = min(by_gap, s.hang_step_factor * max(step, gap))
+        return max(s.hang_floor_s * 1e9, by_gap, s.hang_step_factor * step)
 
     @staticmethod
     def _gaps(js: JobState, step: float) -> dict[str, int]:

@@ -1,5 +1,9 @@
 """Hang, comm_hang, node_lost, job_stalled and checkpoint pauses on hand-made jobs."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from commwatch.messages import validate_incident
@@ -429,6 +433,38 @@ def test_a_hang_in_a_long_step_job_is_named_by_its_roots_silence_against_its_cad
     thr = inc["evidence"]["threshold_s"]
     assert 50 <= thr <= 70
     assert (inc["opened_ns"] - last) / S <= thr + 2.0
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_hang_in_a_long_step_job_whose_hosts_run_ahead_waits_twice_its_step_not_thrice_its_silence(
+        settings, tmp_path, monkeypatch, drill):
+    """Generator B's 16-rank job of 31 s steps under host-enqueue, its hosts running ahead (no
+    sync per microbatch): its comms' calls are enqueued as an iteration starts and complete as
+    it ends, so its members go 29 s without progress every iteration, and 3 x that made a
+    threshold of 88 s: its hang, waited on from 62.5 s of the 150 s capture, was never named.
+    Where the iterations are known they say what is normal: twice the longer of a step and
+    that silence (61 s). Drill: the silence counts three times whatever the step."""
+    from commwatch.capture import read_sorted
+    from commwatch.decode import decode_messages
+    from commwatch.streams.detect import Detector
+    from commwatch.streams.detect.job_stage import JobStage
+
+    if drill:
+        def thrice(self, js, step):
+            s = self.settings
+            return max(s.hang_floor_s * 1e9, s.hang_gap_factor * max(self._gaps(js, step).values(), default=0),
+                       s.hang_step_factor * step)
+
+        monkeypatch.setattr(JobStage, "threshold_ns", thrice)
+    gen = Path(__file__).resolve().parents[1] / "independent" / "jobs" / "gen.py"
+    cap = tmp_path / "long_hang_runahead.cwcap"
+    subprocess.run([sys.executable, str(gen), "long_hang_runahead", str(cap)], check=True, capture_output=True)
+    msgs = read_sorted(cap)
+    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    hangs = [e for e in events if e["status"] == "open" and e["kind"] in ("hang", "comm_hang")]
+    assert ([(e["kind"], e["culprit_ranks"]) for e in hangs] == [("hang", [12])]) is not drill
+    if hangs:
+        assert 55 <= hangs[0]["evidence"]["threshold_s"] <= 65
 
 
 def test_a_node_whose_report_of_a_long_steps_completion_comes_a_moment_late_is_not_stuck(settings):
