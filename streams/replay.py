@@ -59,11 +59,9 @@ def replay(path: str, settings: Settings, out, err) -> dict:
     for msg, d in zip(msgs, decoded):
         if isinstance(d, WireError) and msg.topic != topics.ALERTS:
             skipped[f"{msg.topic}: {d.reason}"] += 1
-    for lo in range(0, len(msgs) + CHUNK, CHUNK):  # the last pass: the capture's end
-        events = det.feed_stream(msgs[lo:lo + CHUNK], decoded[lo:lo + CHUNK]) if lo < len(msgs) else det.finish()
-        for ev in events:
-            out.write(messages.dumps(ev).decode("utf-8") + "\n")
-        alerts += len(events)
+    for lo in range(0, len(msgs), CHUNK):
+        alerts += _write(out, det.feed_stream(msgs[lo:lo + CHUNK], decoded[lo:lo + CHUNK]))
+    alerts += _write(out, det.finish())
     out.flush()
     t2 = time.perf_counter()
     if skipped:
@@ -73,6 +71,12 @@ def replay(path: str, settings: Settings, out, err) -> dict:
     return {"lines": stats.lines, "messages": len(msgs), "records": det.stats["records"], "alerts": alerts,
             "skipped": dict(skipped), "ignored_alerts": det.stats["ignored_alerts"],
             "read_s": t1 - t0, "detect_s": t2 - t1}
+
+
+def _write(out, events: list[dict]) -> int:
+    for ev in events:
+        out.write(messages.dumps(ev).decode("utf-8") + "\n")
+    return len(events)
 
 
 def capture_ends(msgs: list, decoded: list) -> dict[str, dict[str, int]]:

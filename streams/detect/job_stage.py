@@ -669,10 +669,10 @@ class JobStage:
 
     def _echoes(self, js: JobState, found: dict[int, dict], phased: dict[int, dict], now_ns: int) -> list[int]:
         """Ranks the collectives newly judge slow that the iteration phases show computing like
-        their peers (their largest phase ratio in the latest iteration under half the
-        threshold's excess), while the phases name another rank slower, or an incident does:
-        they wait on it, and
-        the waits fall between their calls of the comm they are judged in. Generator C's
+        their peers (their largest phase ratio in the latest iteration, judged within three
+        steps, under half the threshold's excess), while the phases name another rank slower,
+        or an incident does: they wait on it, and the waits fall between their calls of the
+        comm they are judged in. Generator C's
         interleaved pipeline drawn with 12000: its culprit (1.5x in its phases) named at once,
         the next stage's tensor-parallel pair (phases 1.0x) named 11.5 s later as a slow node,
         2x between its TP calls, where its recvs from the culprit's stage sit in an interleaved
