@@ -16,7 +16,9 @@ slowdown, and since when: two interchangeable models, chosen by the `slow_model`
 - `river`: the same evidence, and a Page-Hinkley drift detector (`river.drift.PageHinkley`,
   upward) per rank that learns the rank's normal ratio and flags the onset of a rise as
   soon as it is significant: a rank hot in two new windows with a detected drift is slow
-  without waiting for `SLOW_MIN_NS`. A rank slow from its first windows has no onset to
+  without waiting for `SLOW_MIN_NS`, where those windows agree (the least excess over 1 at
+  least `DRIFT_EVEN` of the largest: a pause after a window barely hot is a spike, not a
+  change; generator B's gloo rank drawn with SEED 7, 1.11x then 2.43x, was named P2). A rank slow from its first windows has no onset to
   detect: the sustained rule of the `numpy` model applies to it as well.
 
 `update(ratio, stamp, now, held)` returns the onset time while the rank is judged slow
@@ -41,6 +43,7 @@ PH_MIN = 4
 NOISY = 0.1  # a spread over this: no single window decides, and the sustained rule waits longer ...
 NOISY_EXTRA = 1  # ... by this many windows, and as many more `SLOW_MIN_NS`
 NOISE_K = 2.5  # a window's ratio must stand this many of its comm's healthy spreads above 1 (`noise`)
+DRIFT_EVEN = 0.15  # a drift decides early only where the streak's least excess is this share of its largest
 
 
 class RankModel:
@@ -52,6 +55,7 @@ class RankModel:
         self.hot_since = 0
         self.streak = 0
         self.fast = 0
+        self.excess = (0.0, 0.0)  # the least and largest excess of a new window in the streak
         self.onset = 0
         self.ph = None
         self.seen = 0
@@ -129,8 +133,13 @@ class RankModel:
         if new:
             self.streak += 1
             self.fast = self.fast + 1 if short >= fast else 0
+            x = short - 1.0
+            self.excess = (x, x) if self.streak == 1 else (min(self.excess[0], x), max(self.excess[1], x))
         sustained = self.streak >= self.need and now_ns - self.hot_since >= self.min_ns
-        drifted = drift and self.streak >= (self.need if noisy else 2)
+        # a drift is a change that lasts: a spike after a window barely hot (a pause after some
+        # jitter) is not one, however far it moves the detector
+        drifted = drift and self.streak >= (self.need if noisy else 2) and (
+            self.excess[0] >= DRIFT_EVEN * self.excess[1])
         fast_need = MIN_STREAK + (NOISY_EXTRA if noisy else 0)  # noisy: far slower in one more window too
         if sustained or self.fast >= fast_need or drifted or (new and alone and (steady and self.fast >= 1 or conclusive)):
             return self.hot_since

@@ -1,9 +1,16 @@
 """The river rank model: river's Page-Hinkley learns a rank's normal ratio and flags the
 rise, and loading it does not import the rest of river.drift (scipy.stats, ~1 s)."""
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
+
+from commwatch.capture import read_sorted
+from commwatch.decode import decode_messages
+from commwatch.streams.detect import Detector, rank_model
 from commwatch.streams.detect.rank_model import RankModel
 
 
@@ -35,3 +42,39 @@ def test_in_a_noisy_comm_two_far_slower_windows_do_not_decide_three_do():
         got = [noisy.update(2.4, s * 10**9, s * 10**9, short=2.4, noise=0.45) for s in (1, 2, 3)]
         assert got == [None, None, 10**9]
         assert [quiet.update(1.6, s * 10**9, s * 10**9, short=1.6, noise=0.02) for s in (1, 2)] == [None, 10**9]
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_drift_is_a_change_that_lasts_not_a_spike_after_a_window_barely_hot(monkeypatch, drill):
+    """A rank's normal ratio ~1.02 (noise 0.037); one window barely over the threshold (1.11),
+    then one pause (2.43): river's Page-Hinkley flags the jump, and with a streak of two it
+    named a healthy rank. A real onset inside a window (1.15x partial, then 1.4x) still decides
+    at its second window."""
+    if drill:
+        monkeypatch.setattr(rank_model, "DRIFT_EVEN", 0.0)
+    pause, onset = RankModel("river", 0.1, 2), RankModel("river", 0.1, 2)
+    for m in (pause, onset):
+        for s in range(12):
+            m.update(1.0 + 0.02 * (s % 3), s * 10**9, s * 10**9, noise=0.037)
+    got = [pause.update(x, s * 10**9, s * 10**9, noise=0.037) for s, x in ((12, 1.11), (13, 2.43), (14, 1.02))]
+    assert (got == [None, None, None]) is not drill
+    assert [onset.update(x, s * 10**9, s * 10**9, noise=0.037) for s, x in ((12, 1.15), (13, 1.4))] == [None, 12 * 10**9]
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_gloo_rank_paused_once_after_some_jitter_is_not_named(settings, monkeypatch, tmp_path, drill):
+    """Generator B's DDP job (gloo, 8 ranks, 1.1 s steps) drawn with SEED 7: rank 1's forward
+    1.11x its peers' in one iteration (jitter), 2.43x in the next (a 0.28 s pause), 1.02x after;
+    it was named P2 at 14 s, 11 s before the culprit, rank 2, slowed 2x. Only rank 2 is named."""
+    if drill:
+        monkeypatch.setattr(rank_model, "DRIFT_EVEN", 0.0)
+    gen = Path(__file__).resolve().parents[1] / "independent" / "jobs" / "gen.py"
+    cap = tmp_path / "ddp_slow2.cwcap"
+    subprocess.run([sys.executable, str(gen), "ddp_slow2", str(cap)], check=True, capture_output=True,
+                   env={**os.environ, "SEED": "7"})
+    msgs = read_sorted(cap)
+    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    named = [e["culprit_ranks"] for e in events if e["status"] == "open"]
+    assert (named == [[2]]) is not drill
+    if drill:
+        assert named[0] == [1]
