@@ -8,6 +8,8 @@
   sees a slow rank even when its collectives are invisible (a framework calling the backend
   from C++) or carry no timing (host-enqueue probes), as NVIDIA's straggler detection does
   with section timings; where a rank's collectives are timed, they decide (`job_stage.py`).
+- Over the kept iterations, not one by one, a tensor-parallel member a few tens of percent
+  slower in a job whose iterations stray nearly as much (`_horizon`).
 - The job's cadence: the median step time (hang and stall thresholds scale with it).
 - A job-level slowdown: the recent median step time against the job's own baseline (the
   fastest typical step seen, learned slowly), reported with its attribution when a slow
@@ -44,6 +46,9 @@ LONG_EXCESS_MS = 5000.0  # a phase this much longer than its peers' (and FAST_RA
 LATE_REPORT_NS = 1_000_000_000  # an iteration most ranks reported waits this long for the others' reports ...
 LATE_REPORT_SHARE = 0.1  # ... or this share of a step, if longer (the straggler reports last)
 LOCAL_LOSS = 0.05  # the job's steps this much over its baseline, nothing else explaining it: a rank alone slower in `LOCAL_PHASE` does
+HORIZON_MIN = 6  # kept iterations a rank's phases must be known in, for a verdict over them (`_horizon`) ...
+HORIZON_SIGMAS = 4.0  # ... their median this many of its own standard errors over 1 (the job's noise)
+MEDIAN_SE = 1.2533  # a median's standard error over a mean's, for normal draws
 
 
 class StepTracker:
@@ -66,6 +71,7 @@ class StepTracker:
         self.local_models: dict[int, RankModel] = {}
         self.local_spread: deque = deque(maxlen=KEEP_ITERATIONS)  # per judged iteration, rank -> its `LOCAL_PHASE` ratio
         self.local_verdicts: dict[int, dict] = {}  # ranks alone slower in `LOCAL_PHASE` now (`_judge_local`)
+        self.local_raw: deque = deque(maxlen=KEEP_ITERATIONS)  # per judged iteration, rank -> its `LOCAL_PHASE` ratio, all ranks
         self.device = False  # the job's collectives run on devices (NCCL): GPU-timed phases hold their kernels
 
     def add(self, msg: dict) -> None:
@@ -279,8 +285,89 @@ class StepTracker:
         # generator A's 2x rank of a TP=1 pipeline, drawn with SEED 2, had another pipeline's
         # last stage 1.10x in backward (its data-parallel reduction waits there for the slow
         # pipeline's), named P3 at the culprit's 2.0x in forward
+        self._horizon(it, got, coords, open_ranks, step, noise, out)
         self.verdicts = dominant(out, open_ranks)
         self._judge_local(it, got, coords, open_ranks, step)
+
+    def _horizon(self, it: int, got: dict, coords: dict[int, dict], open_ranks: set[int], step: float,
+                 noise: float | None, out: dict[int, dict]) -> None:
+        """A tensor-parallel member slower by a few tens of percent in a job whose iterations
+        stray nearly as much: judged over the kept iterations, not one by one. Its phases'
+        medians over them (forward and backward, each known in `HORIZON_MIN` of them) stand
+        `HORIZON_SIGMAS` of their standard error (from the job's noise) over its stage's, and
+        over `slow_impact`; of its group, it alone computes slower apart (`LOCAL_PHASE`'s median
+        over them), its peers like the stage. Its TP peers wait for it inside their phases, so
+        those are stretched too, and in a single iteration jitter makes other groups as slow:
+        generator A's 1.25x rank of a 2x2x8 job whose ranks' iterations stray 10 % each, drawn
+        with SEED 10, was judged in few iterations (many groups over, or its own phase under
+        the threshold the noise sets) and never named in 40 s. Where the peers' local phases
+        are slower too (a slow node), or no group (TP = 1: a pipeline's next stage waits inside
+        its phases alike), nothing is concluded here."""
+        stages: dict[int, list[int]] = {}
+        for r in got:
+            stages.setdefault(int(coords.get(r, {}).get("pp", 0)), []).append(r)
+        raw: dict[int, float] = {}
+        for members in stages.values():
+            raw.update(self._local_ratios(got, members))
+        self.local_raw.append(raw)
+        if noise is None or not self._warmed() or len(self.spread) < HORIZON_MIN:
+            return
+        groups: dict[tuple, list[int]] = {}
+        for r in got:
+            g = _tp_group(coords.get(r))
+            if g is not None:
+                groups.setdefault(g, []).append(r)
+
+        def median(key, kept: deque) -> float | None:
+            vals = [d[key] for d in kept if key in d]
+            return statistics.median(vals) if len(vals) >= HORIZON_MIN else None
+
+        def stretched(r: int) -> tuple[float, int] | None:
+            meds = [median((r, phase), self.spread) for phase in PHASES]
+            if None in meds:
+                return None
+            return min(meds), min(sum((r, phase) in d for d in self.spread) for phase in PHASES)
+
+        def threshold(n: int) -> float:
+            return 1 + max(self.slow_impact, HORIZON_SIGMAS * MEDIAN_SE * noise / n ** 0.5)
+
+        # as in a single iteration, a stage in which more than one group (`STRAGGLER_SHARE`) is
+        # slower holds waits: a slow rank's data-parallel peers wait for it inside GPU-timed
+        # phases (generator A's draw with SEED 1: a peer 1.2x for six iterations, named)
+        over: dict[int, int] = {}
+        total: dict[int, int] = {}
+        for g, members in groups.items():
+            stage = int(coords.get(members[0], {}).get("pp", 0))
+            total[stage] = total.get(stage, 0) + 1
+            figs = [f for f in map(stretched, members) if f is not None]
+            if any(x >= threshold(n) for x, n in figs):
+                over[stage] = over.get(stage, 0) + 1
+        for members in groups.values():
+            stage = int(coords.get(members[0], {}).get("pp", 0))
+            if len(members) < 2 or over.get(stage, 0) > max(1, STRAGGLER_SHARE * total[stage]):
+                continue
+            local = {r: median(r, self.local_raw) for r in members}
+            apart = [r for r in members if (local[r] or 0.0) >= 1 + self.slow_impact]
+            if len(apart) != 1 or any(local[q] is None or local[q] >= 1 + self.slow_impact / 2
+                                      for q in members if q != apart[0]):
+                continue
+            r = apart[0]
+            fig = stretched(r)
+            if r in out or fig is None:
+                continue
+            ratio, n = fig
+            if ratio < (1 + self.slow_impact / 2 if r in open_ranks else threshold(n)):
+                continue
+            meds = [median((r, phase), self.spread) for phase in PHASES]
+            phase = PHASES[meds.index(max(meds))]
+            mine = got[r][1].get(phase, 0.0)
+            ref = mine / max(meds) if mine > 0 else 0.0
+            step_ms = step * 1e3
+            out[r] = {"ratio": round(max(meds), 3), "slowdown": round(max(meds) - 1.0, 3), "iteration": it,
+                      "phase": phase, "phase_ms": round(mine, 3), "peers_phase_ms": round(ref, 3),
+                      "impact": round(min(1.0, (mine - ref) / step_ms), 4) if step_ms > 0 else 0.0,
+                      "onset_ns": int(self.last_end_ns - n * step * 1e9), "signal": "phases",
+                      "over_iterations": n}
 
     def _waited_outside(self, r: int, phase: str, excess_ms: float, got: dict, members: list[int],
                         coords: dict[int, dict]) -> bool:
