@@ -58,6 +58,7 @@ class StepTracker:
         self.model_kind = model
         self.iters: dict[int, dict[int, tuple[float, float | None, int]]] = {}
         self.durations: deque = deque(maxlen=64)  # median step time per judged iteration (s)
+        self.ends: deque = deque(maxlen=64)  # ... and when it ended (its last report's end)
         self.last_iteration: int | None = None
         self.last_end_ns = 0
         self.judged = -1
@@ -103,6 +104,15 @@ class StepTracker:
             return None
         recent = statistics.median(list(self.durations)[-RECENT:])
         return round(recent / self.base_s - 1.0, 3)
+
+    def loss_since(self, since_ns: int) -> float | None:
+        """The job's steps since `since_ns` over its baseline, minus 1: the median of the
+        iterations that ended after it, `RECENT` - 1 of them at least (None: too few, or no
+        baseline yet)."""
+        after = [d for d, t in zip(self.durations, self.ends) if t > since_ns]
+        if len(after) < RECENT - 1 or self.base_s <= 0 or len(self.durations) <= WARMUP:
+            return None
+        return statistics.median(after) / self.base_s - 1.0
 
     def evaluate(self, now_ns: int, coords: dict[int, dict], open_ranks: set[int], world: int = 0) -> dict[int, dict]:
         """Judge every complete iteration not judged yet: one every rank that reports
@@ -180,6 +190,7 @@ class StepTracker:
         step = statistics.median(d for d, _, _ in got.values())
         self.durations.append(step)
         self.last_end_ns = max(t for _, _, t in got.values())
+        self.ends.append(self.last_end_ns)
         n = len(self.durations)
         if n > WARMUP:
             if self.base_s <= 0 or n <= WARMUP + RECENT:
