@@ -692,11 +692,12 @@ class JobStage:
         """Ranks the collectives newly judge slow whose cost the job's own steps do not show:
         the iterations that ended since the onset (two at least) are within a third of the
         claimed impact of the job's baseline, and within `UNFELT_LOSS` (the claim is rough:
-        generator B's 1.3x FSDP rank claimed 60-100 % where its job lost 25 %). A rank that computes slower costs its peers
-        their wait for it, every iteration: where nobody waited, its intervals held something
-        else. Generator B's FSDP job drawn with SEED 11: a rank 2.7-3.5x between its calls
-        (2 ms apart) for three windows, "the job loses 27 %", while the job's iterations took
-        0.94-1.01 s against a 0.95 s baseline, was named P2."""
+        generator B's 1.3x FSDP rank claimed 60-100 % where its job lost 25 %). A rank that
+        computes slower costs its peers their wait for it, every iteration: where nobody
+        waited, its intervals held something else. Generator B's FSDP job drawn with SEED 11:
+        a rank 2.7-3.5x between its calls (2 ms apart) for three windows, "the job loses
+        27 %", while the job's iterations took 0.94-1.01 s against a 0.95 s baseline, was
+        named P2."""
         named = self._slow_open(js)
         out = []
         for r, ev in found.items():

@@ -18,8 +18,9 @@ slowdown, and since when: two interchangeable models, chosen by the `slow_model`
   soon as it is significant: a rank hot in two new windows with a detected drift is slow
   without waiting for `SLOW_MIN_NS`, where those windows agree (the least excess over 1 at
   least `DRIFT_EVEN` of the largest: a pause after a window barely hot is a spike, not a
-  change; generator B's gloo rank drawn with SEED 7, 1.11x then 2.43x, was named P2). A rank slow from its first windows has no onset to
-  detect: the sustained rule of the `numpy` model applies to it as well.
+  change; generator B's gloo rank drawn with SEED 7, 1.11x then 2.43x, was named P2). A rank
+  slow from its first windows has no onset to detect: the sustained rule of the `numpy`
+  model applies to it as well.
 
 `update(ratio, stamp, now, held)` returns the onset time while the rank is judged slow
 (`held`: an incident is open, hysteresis at half the threshold over the horizon, or the

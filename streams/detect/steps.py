@@ -72,7 +72,8 @@ class StepTracker:
         self.local_models: dict[int, RankModel] = {}
         self.local_spread: deque = deque(maxlen=KEEP_ITERATIONS)  # per judged iteration, rank -> its `LOCAL_PHASE` ratio
         self.local_verdicts: dict[int, dict] = {}  # ranks alone slower in `LOCAL_PHASE` now (`_judge_local`)
-        self.local_raw: deque = deque(maxlen=KEEP_ITERATIONS)  # per judged iteration, rank -> its `LOCAL_PHASE` ratio, all ranks
+        # per judged iteration, rank -> its `LOCAL_PHASE` ratio, every rank (`_horizon`)
+        self.local_raw: deque = deque(maxlen=KEEP_ITERATIONS)
         self.device = False  # the job's collectives run on devices (NCCL): GPU-timed phases hold their kernels
 
     def add(self, msg: dict) -> None:
