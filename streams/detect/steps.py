@@ -334,11 +334,12 @@ class StepTracker:
             vals = [d[key] for d in kept if key in d]
             return statistics.median(vals) if len(vals) >= HORIZON_MIN else None
 
-        def stretched(r: int) -> tuple[float, int] | None:
+        def stretched(r: int) -> tuple[float, int, list[float]] | None:
+            """(its least phase median, iterations they are over, the medians); None: unknown."""
             meds = [median((r, phase), self.spread) for phase in PHASES]
             if None in meds:
                 return None
-            return min(meds), min(sum((r, phase) in d for d in self.spread) for phase in PHASES)
+            return min(meds), min(sum((r, phase) in d for d in self.spread) for phase in PHASES), meds
 
         def threshold(n: int) -> float:
             return 1 + max(self.slow_impact, HORIZON_SIGMAS * MEDIAN_SE * noise / n ** 0.5)
@@ -352,7 +353,7 @@ class StepTracker:
             stage = int(coords.get(members[0], {}).get("pp", 0))
             total[stage] = total.get(stage, 0) + 1
             figs = [f for f in map(stretched, members) if f is not None]
-            if any(x >= threshold(n) for x, n in figs):
+            if any(x >= threshold(n) for x, n, _ in figs):
                 over[stage] = over.get(stage, 0) + 1
         for members in groups.values():
             stage = int(coords.get(members[0], {}).get("pp", 0))
@@ -367,10 +368,9 @@ class StepTracker:
             fig = stretched(r)
             if r in out or fig is None:
                 continue
-            ratio, n = fig
+            ratio, n, meds = fig
             if ratio < (1 + self.slow_impact / 2 if r in open_ranks else threshold(n)):
                 continue
-            meds = [median((r, phase), self.spread) for phase in PHASES]
             phase = PHASES[meds.index(max(meds))]
             mine = got[r][1].get(phase, 0.0)
             ref = mine / max(meds) if mine > 0 else 0.0
