@@ -40,7 +40,9 @@ STRAGGLER_SHARE = 0.1  # a phase in which more ranks than this share are slow ho
 PHASE_MIN_SHARE = 0.1  # a phase shorter than this share of the step cannot slow the job (noise)
 UNIFORM = 1.15  # phases stretched alike (largest ratio over smallest at most this): a slower device
 ALIKE_MIN_SHARE = 0.02  # ... counting phases down to this share of the step (a short forward too)
-ALIKE_RATIO = 1.4  # ... each at least this much: one iteration decides
+ALIKE_RATIO = 1.4  # ... each at least this much: one iteration decides ...
+ALIKE_QUIET = 1.2  # ... or this much in a quiet job (its noise at most `QUIET`)
+QUIET = 0.02
 WHOLE_ALIKE = 0.5  # a TP group is slow as a whole when its least slow member's local excess is this share of the most's
 LONG_EXCESS_MS = 5000.0  # a phase this much longer than its peers' (and FAST_RATIO x) decides in one iteration
 LATE_REPORT_NS = 1_000_000_000  # an iteration most ranks reported waits this long for the others' reports ...
@@ -164,17 +166,21 @@ class StepTracker:
         return _moves(self.spread)
 
     @staticmethod
-    def _conclusive(stretched: list[float], grouped: bool) -> bool:
+    def _conclusive(stretched: list[float], grouped: bool, noise: float | None) -> bool:
         """One iteration decides: a slower device stretches every phase by one factor, a pause
         adds its time to the phase it falls in; every phase stretched alike (each >=
-        `ALIKE_RATIO`). Not for a group slow as a whole: its members wait on each other inside
+        `ALIKE_RATIO`, or `ALIKE_QUIET` where the job's phases stray `QUIET` at most: there
+        1.2x is ten of their deviations; the simulator's GPU downclocked 1.52x from inside an
+        iteration had it stretched 1.25x alike, and was named a second slowed iteration
+        later). Not for a group slow as a whole: its members wait on each other inside
         their phases, so a member that only waits has them stretched alike too. (One iteration
         decides too where a phase of the rank is `FAST_RATIO` x its peers' and `LONG_EXCESS_MS`
         longer, `_judge`: a pause that long is a fault by itself, and in a job of long steps a
         second iteration comes a minute later. Generator B's rank 2x slower in forward from
         35 s of a job with 30 s steps, 1.9x and 26 s longer in its first slowed iteration, was
         missed in every draw of its 150 s capture: the second ended after it.)"""
-        return (len(stretched) == len(PHASES) and min(stretched) >= ALIKE_RATIO
+        least = ALIKE_QUIET if noise is not None and noise <= QUIET else ALIKE_RATIO
+        return (len(stretched) == len(PHASES) and min(stretched) >= least
                 and max(stretched) <= UNIFORM * min(stretched) and not grouped)
 
     @staticmethod
@@ -281,7 +287,7 @@ class StepTracker:
             mine = got[r][1][phase]
             long_excess = ratio >= FAST_RATIO and mine - ref >= LONG_EXCESS_MS and r not in groups_of
             onset = m.update(ratio, self.last_end_ns, self.last_end_ns, held=r in open_ranks,
-                             conclusive=self._conclusive(stretched.get(r, ()), r in groups_of) or long_excess,
+                             conclusive=self._conclusive(stretched.get(r, ()), r in groups_of, noise) or long_excess,
                              noise=noise)
             if onset is None or not self._warmed():  # the first iterations seen (a job resumed
                 # from a checkpoint starts at its iteration, and warms up all the same)

@@ -386,3 +386,34 @@ def test_a_tensor_parallel_rank_slower_by_a_fifth_in_a_jittery_job_is_named_over
     assert named["healthy_2x2x8_gpu_jitter15_gc", 10] == []
     assert named["slow20_jitter_2x2x8_gpu_r21", 1] == [[21]]
     assert (named["slow20_jitter_2x2x8_gpu_r21", 10] == [[21]]) is not drill
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_quiet_job_decides_on_phases_stretched_alike_by_a_fifth(monkeypatch, drill):
+    """The simulator's GPU downclocked 1.52x from inside an iteration of a job whose phases
+    stray under 1 %: that iteration had forward and backward stretched 1.25x alike, and the
+    rank was named a second slowed iteration later (2.1 healthy iterations after the onset).
+    Where the job's phases stray `QUIET` at most, stretched alike by `ALIKE_QUIET` decides in
+    one iteration; where they stray 5 %, it does not, nor does a pause.
+    Drill: `ALIKE_RATIO` everywhere, the quiet job's rank named an iteration later."""
+    import random
+
+    if drill:
+        monkeypatch.setattr(steps, "ALIKE_QUIET", steps.ALIKE_RATIO)
+
+    def slower(jitter):
+        rng = random.Random(7)
+
+        def phases(r, it):
+            f = (1.25 if r == 5 and it >= 6 else 1.0) * (1.0 + rng.uniform(-jitter, jitter))
+            return {"forward_ms": 300.0 * f, "backward_ms": 500.0 * f}
+        return phases
+
+    it, named = _first_found(slower(0.002))
+    assert (it > 6 if drill else it == 6) and named == {5}
+    it, named = _first_found(slower(0.05))
+    assert it > 6 and named == {5}
+    it, named = _first_found(lambda r, it: {"forward_ms": 375.0 if r == 5 and it >= 6 else 300.0,
+                                            "backward_ms": 500.0})
+    assert it > 6 and named == {5}
+
