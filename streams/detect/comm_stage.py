@@ -4,7 +4,9 @@ Reports (JSON-able dicts, each with "type", "job", "ts_ns" = the job's event tim
 
 - `window` / `p2p_window`: per-member timing features of a comm (`windows.py`).
 - `wait`: the comm's blocked instances, repeated at every tick while they last (from
-  `WAIT_REPORT_S` of waiting on): `instances` = [{`seq`, `op`, `p2p`, `since_ns`, `entered`
+  `WAIT_REPORT_S` of waiting on): `instances` = [{`seq`, `op`, `p2p`, `since_ns` (when the
+  wait began: its first entry seen, or the first device start of a member seen queued
+  before, whichever is later; a host enqueues ahead of its device), `entered`
   (ranks inside it), `missing` (members that never entered it), `t_in` (when each entered
   it, on its own clock, 0 unknown), `queued` (entered members known only to have enqueued
   it while another member is known inside it on its device: their devices have not reached
@@ -383,7 +385,7 @@ class CommStage:
         instances = []
         if not st.p2p_only and st.open_since:
             k = st.d_max + 1
-            since = max(st.d_adv_ns, st.open_since)
+            since = max(st.d_adv_ns, st.open_since, st.device_start(k))
             if now_ns - since >= WAIT_REPORT_NS:
                 entered = st.started >= k
                 inside = np.flatnonzero(entered)

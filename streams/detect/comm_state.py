@@ -49,6 +49,7 @@ WINDOW_MIN_NS = 1_000_000_000  # a window covers at least this much event time
 MAX_CHANNELS = 1 << 16  # P2P channels kept per comm
 P2P_AHEAD = 16  # entry times kept per channel for calls queued beyond its first open one
 MAX_P2P_INTERVALS = 1 << 18  # completed P2P calls kept for the windows not reported yet
+NO_TIME = 1 << 62  # `edev` of an instance no device start is known for
 GONE_BEATS = 2  # heartbeats of its node for the comm in a row that no longer list a rank: its process is gone
 RECV_FWD, RECV_BWD, SEND_FWD, SEND_BWD = 0, 1, 2, 3  # P2P call kinds (from/to an earlier/later stage)
 
@@ -131,6 +132,7 @@ class CommState:
         self.eop = np.zeros(self.rows, np.uint8)  # ... their op ...
         self.et = np.zeros((self.rows, 0), np.int64)  # ... and when each member entered them (its clock)
         self.ereal = np.zeros((self.rows, 0), bool)  # ... and whether it is known inside it (not only queued)
+        self.edev = np.full(self.rows, NO_TIME, np.int64)  # ... the earliest device start of a call seen queued first
         self.st = np.zeros((self.rows, 0), np.int64)
         self.en = np.zeros((self.rows, 0), np.int64)
         self.ok = np.zeros((self.rows, 0), bool)  # timing valid
@@ -214,6 +216,7 @@ class CommState:
                 self.eop = np.zeros(rows, np.uint8)
                 self.et = np.zeros((rows, self.n), np.int64)
                 self.ereal = np.zeros((rows, self.n), bool)
+                self.edev = np.full(rows, NO_TIME, np.int64)
                 self.st = np.zeros((rows, self.n), np.int64)
                 self.en = np.zeros((rows, self.n), np.int64)
                 self.ok = np.zeros((rows, self.n), bool)
@@ -380,11 +383,15 @@ class CommState:
             fr = erow[fresh]
             self.et[fr] = 0
             self.ereal[fr] = False
+            self.edev[fr] = NO_TIME
         self.etag[erow] = np.maximum(self.etag[erow], seq)
         self.eop[erow] = c["op"]
         cur = self.etag[erow] == seq
         if cur.any():  # the first time seen of each member's entry (enqueue, or device start)
             er, es, rc = erow[cur], slot[cur], real[cur]
+            late = rc & (self.et[er, es] != 0) & ~self.ereal[er, es]  # a device start of a call seen queued
+            if late.any():
+                np.minimum.at(self.edev, er[late], c["t_start_ns"][cur][late].astype(np.int64))
             self.ereal[er[rc], es[rc]] = True
             _, first = np.unique(er * max(self.n, 1) + es, return_index=True)  # a batch may hold a call twice
             er, es, t0 = er[first], es[first], c["t_start_ns"][cur][first]
@@ -575,7 +582,7 @@ class CommState:
             if r["started"] == k and r.get("t_last_start_ns"):  # it entered the first open instance then
                 row = k % self.rows
                 if self.etag[row] < k:
-                    self.etag[row], self.et[row], self.ereal[row] = k, 0, False
+                    self.etag[row], self.et[row], self.ereal[row], self.edev[row] = k, 0, False, NO_TIME
                 if self.etag[row] == k and self.et[row, s] == 0:
                     self.et[row, s] = r["t_last_start_ns"]
             if r["completed"] > self.completed[s]:
@@ -662,6 +669,15 @@ class CommState:
         if self.etag[row] != seq:
             return [0] * len(slots)
         return self.et[row, slots].tolist()
+
+    def device_start(self, seq: int) -> int:
+        """When the first member whose entry into instance `seq` was seen queued (a host
+        enqueue) was then seen started on its device, on its clock (0: none seen so). Until a
+        device starts it, nobody waits in it: a host enqueues calls ahead of its device."""
+        row = seq % self.rows
+        if self.etag[row] != seq or self.edev[row] == NO_TIME:
+            return 0
+        return int(self.edev[row])
 
     def queued_in(self, seq: int, slots: np.ndarray) -> np.ndarray:
         """Of `slots` (members that entered instance `seq`), those known only to have queued it

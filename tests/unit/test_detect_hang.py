@@ -531,3 +531,25 @@ def test_a_hang_whose_root_progresses_again_resolves_at_once(settings, gen_c, mo
     write_ends = hang[0]["opened_ns"] + int(9.4 * S)  # rank 0 wrote for 15 s, named after 5.6 s
     assert (hang[1]["ts_ns"] - write_ends <= 2 * S) is not drill
     assert ("progress again" in hang[1]["summary"]) is not drill
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_blocked_call_is_waited_in_from_its_first_device_start_not_its_enqueue(settings, monkeypatch, drill):
+    """The bench's GPU-timed data-parallel job (16 ranks) whose rank 6 stops at 18 s: its
+    peers' hosts enqueued all-reduce #38 at 18.11 s, their GPUs reached it at 18.97 s (device
+    entries). Waited in from the enqueue, its P0 said "15 ranks waiting 5.1 s" 4.3 s after
+    the first GPU waited. Drill: no device start, the P0 before the threshold."""
+    from commwatch.streams import bench_scenarios as bs
+    from commwatch.streams.bench_detect import feed
+    from commwatch.streams.detect.comm_state import CommState
+
+    if drill:
+        monkeypatch.setattr(CommState, "device_start", lambda self, seq: 0)
+    case = next(c for c in bs.jobmodel_cases() if c.name == "jm/hang-gpu-1x1x16")
+    built = case.build()
+    events, refused = feed(built, settings)
+    opened = [e for e in events if e["status"] == "open"]
+    assert refused == 0 and [(e["kind"], e["culprit_ranks"]) for e in opened] == [("hang", [6])]
+    onset = next(t["onset_ns"] for t in built.truth if t["kind"] == "hang")  # the first GPU waits
+    waited_s = (opened[0]["opened_ns"] - onset) / S
+    assert (waited_s < 4.6) if drill else (5.0 <= waited_s < 5.5)

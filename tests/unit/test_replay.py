@@ -6,8 +6,9 @@ import json
 import pytest
 
 from commwatch import topics
-from commwatch.capture import CaptureWriter, Message
+from commwatch.capture import CaptureWriter, Message, read_sorted
 from commwatch.cli import main
+from commwatch.decode import decode_messages
 from commwatch.messages import validate_incident
 from commwatch.streams.replay import replay
 from detect_jobs import S, HandJob, steps
@@ -69,18 +70,41 @@ def test_replay_cli_exit_codes(settings, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("drill", [False, True])
-def test_a_job_whose_processes_exit_as_the_capture_ends_is_resolved_by_replay(settings, gen_c, monkeypatch, drill):
+def test_a_job_whose_processes_exit_as_the_capture_ends_is_resolved_by_replay(settings, gen_c, tmp_path, monkeypatch,
+                                                                              drill):
     """Generator C's watchdog abort (host-enqueue, 32 ranks) drawn with 14000: rank 26 hangs
     at 20 s, every process exits at 60.6 s and its agents flag the exits for 2.5 s; the capture
-    ends 70 ms after the last of those exits reached stage 2, before the job's next periodic
-    tick: the hang stayed open although the job had ended. At the capture's end every job
-    judges what it received once more (`Detector.finish`). Drill: no last judgement."""
-    from commwatch.streams.detect import Detector
+    ended 70 ms after the last of those exits reached stage 2, before the job's next periodic
+    tick: the hang stayed open although the job had ended. Here the capture is cut where the
+    last exit reaches stage 2, and the job's periodic tick is made 5 s long so that the cut
+    falls before it. At the capture's end every job judges what it received once more
+    (`Detector.finish`). Drill: no last judgement."""
+    from commwatch.streams.detect import Detector, job_stage
 
+    monkeypatch.setattr(job_stage, "TICK_NS", 5 * S)
+    src = gen_c("s11", seed=14000)
+    msgs = read_sorted(src)
+    det, told = Detector(settings), []
+    feed_report = det.job_feed_report
+
+    def spy(rep, ref_ns):  # when stage 2 first knew that every rank's process had exited
+        out = feed_report(rep, ref_ns)
+        js = det.job_stage.jobs.get(rep.get("job"))
+        if not told and js is not None and det.job_stage._ranks(js) <= det.job_stage._exited(js):
+            told.append(det.ref_ns)
+        return out
+
+    det.job_feed_report = spy
+    det.feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    assert told
+    cut = tmp_path / "cut.cwcap"  # to the message that ticks stage 1 then (it reports at ticks)
+    end = min(m.ts_ns for m in msgs if m.ts_ns > told[0])
+    with open(src) as f, open(cut, "w") as w:
+        w.writelines(line for line in f if json.loads(line)["ts_ns"] <= end)
     if drill:
         monkeypatch.setattr(Detector, "finish", lambda self: [])
     out = io.StringIO()
-    replay(str(gen_c("s11", seed=14000)), settings, out, io.StringIO())
+    replay(str(cut), settings, out, io.StringIO())
     hang = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [(e["kind"], e["status"], e["culprit_ranks"]) for e in hang][:1] == [("hang", "open", [26])]
     assert (hang[-1]["status"] == "resolved" and "process exited" in hang[-1]["summary"]) is not drill
