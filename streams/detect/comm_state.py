@@ -388,13 +388,13 @@ class CommState:
         self.eop[erow] = c["op"]
         cur = self.etag[erow] == seq
         if cur.any():  # the first time seen of each member's entry (enqueue, or device start)
-            er, es, rc = erow[cur], slot[cur], real[cur]
+            er, es, rc, t0 = erow[cur], slot[cur], real[cur], c["t_start_ns"][cur].astype(np.int64)
             late = rc & (self.et[er, es] != 0) & ~self.ereal[er, es]  # a device start of a call seen queued
             if late.any():
-                np.minimum.at(self.edev, er[late], c["t_start_ns"][cur][late].astype(np.int64))
+                np.minimum.at(self.edev, er[late], t0[late])
             self.ereal[er[rc], es[rc]] = True
             _, first = np.unique(er * max(self.n, 1) + es, return_index=True)  # a batch may hold a call twice
-            er, es, t0 = er[first], es[first], c["t_start_ns"][cur][first]
+            er, es, t0 = er[first], es[first], t0[first]
             self.et[er, es] = np.where(self.et[er, es] == 0, t0, self.et[er, es])
         np.maximum.at(self.started, slot, seq)
         old_d = self.d_max
