@@ -55,6 +55,7 @@ STUCK_HW_NS = 30_000_000_000  # a stuck completion path while the job progresses
 JOB_SILENT_NS = 60_000_000_000  # no message at all from a job this long (at most `state_idle_s`): it ended
 UNFELT_SHARE = 3.0  # a rank newly found slow whose job lost under its impact / this since its onset, ...
 UNFELT_LOSS = 0.05  # ... and under this, is not named (`_unfelt`)
+ECHO_CLAIM_SHARE = 0.5  # phases under this share of the excess the collectives claim: an echo (`_echoes`)
 JOB_SLOWDOWN = 0.2  # step time this much above the job's baseline with no culprit ...
 JOB_SLOWDOWN_HOLD_NS = 20_000_000_000  # ... for this long: a P3
 IB_ERRORS_RECENT_NS = 60_000_000_000  # a node whose IB symbol errors rose this recently is a slow link's suspect
@@ -672,9 +673,13 @@ class JobStage:
     def _echoes(self, js: JobState, found: dict[int, dict], phased: dict[int, dict], now_ns: int) -> list[int]:
         """Ranks the collectives newly judge slow that the iteration phases show computing like
         their peers (their largest phase ratio in the latest iteration, judged within three
-        steps, under half the threshold's excess), while the phases name another rank slower,
-        or an incident does: they wait on it, and the waits fall between their calls of the
-        comm they are judged in. Generator C's
+        steps, under half the threshold's excess, or under half the excess the collectives
+        claim), while the phases name another rank slower, or an incident does: they wait on
+        it, and the waits fall between their calls of the comm they are judged in. A rank that
+        computes X slower shows it in its phases (its own work); waits inside a phase add only
+        what the rank waited there. Generator A's 2x rank of a TP=1 pipeline drawn with SEED
+        10: its previous stage's rank, 1.21-1.35x between its pipeline calls, its phases
+        0.97-1.07x (4 % noise), joined the culprit's incident as a slow node. Generator C's
         interleaved pipeline drawn with 12000: its culprit (1.5x in its phases) named at once,
         the next stage's tensor-parallel pair (phases 1.0x) named 11.5 s later as a slow node,
         2x between its TP calls, where its recvs from the culprit's stage sit in an interleaved
@@ -684,9 +689,13 @@ class JobStage:
         culprits = named | {r for r, ev in phased.items() if ev.get("ratio", 0.0) >= 1 + js.slow.slow_impact}
         if not culprits or now_ns - js.steps.last_end_ns > 3 * self.median_step_ns(js):
             return []  # nobody else named, or no recent iteration judged
-        half = 1 + js.slow.slow_impact / 2
-        return [r for r, ev in found.items() if ev.get("signal") == "collectives" and r not in culprits
-                and js.steps.ratio.get(r, half) < half]
+        half = js.slow.slow_impact / 2
+        out = []
+        for r, ev in found.items():
+            bound = 1 + max(half, ECHO_CLAIM_SHARE * (ev.get("ratio", 1.0) - 1))
+            if ev.get("signal") == "collectives" and r not in culprits and js.steps.ratio.get(r, bound) < bound:
+                out.append(r)
+        return out
 
     def _unfelt(self, js: JobState, found: dict[int, dict]) -> list[int]:
         """Ranks the collectives newly judge slow whose cost the job's own steps do not show:

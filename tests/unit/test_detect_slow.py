@@ -345,12 +345,15 @@ def test_a_rank_computing_like_its_peers_between_its_tp_calls_is_not_named(setti
     its waits for rank 10 inside their TP calls (1.35x its CP peer), and was named at P1; between
     their TP calls it computes 0.72x rank 10, as its peers do. Only the culprit is named. Drill:
     without the rule (nor the one that a rank computing clearly less than a slower one found
-    with it waits for it, which covers this case too), rank 11 too."""
+    with it waits for it, nor the phases' bound that follows the collectives' claim, which
+    cover this case too), rank 11 too."""
+    from commwatch.streams.detect import job_stage
     from commwatch.streams.detect.slow import SlowTracker
 
     if drill:
         monkeypatch.setattr(SlowTracker, "_normal_elsewhere", lambda *a: False)
         monkeypatch.setattr(SlowTracker, "_waiting_on_slower", lambda *a: [])
+        monkeypatch.setattr(job_stage, "ECHO_CLAIM_SHARE", 0.0)
     named = slow_ranks_of(settings, gen_c("s13b"))
     assert any(11 in ranks for ranks in named) if drill else named == [[10]]
 
@@ -362,11 +365,14 @@ def test_a_victim_computing_like_its_tp_peer_within_their_groups_spread_is_not_n
     with seed 7000: the last stage's rank 15, found 2.0x between its pipeline calls (they hold
     its waits for the slow stage), computed 1.07x its TP peer between their calls, in TP groups
     whose ratios stray by 2.7-3 %: like its peer within three of that spread, not within half
-    slow_impact, and it was named P2. Drill: judged within half slow_impact alone, rank 15 too."""
-    from commwatch.streams.detect import slow
+    slow_impact, and it was named P2. Drill: judged within half slow_impact alone (and its
+    phases' bound not following the collectives' claim, which covers this case too), rank 15
+    too."""
+    from commwatch.streams.detect import job_stage, slow
 
     if drill:
         monkeypatch.setattr(slow, "ELSEWHERE_SPREADS", 0.0)
+        monkeypatch.setattr(job_stage, "ECHO_CLAIM_SHARE", 0.0)
     assert slow_ranks_of(settings, gen_c("s02b", seed=7000)) == ([[13], [15]] if drill else [[13]])
 
 
