@@ -68,6 +68,7 @@ class StepTracker:
         self.models: dict[int, RankModel] = {}
         self.ratio: dict[int, float] = {}
         self.base_s = 0.0
+        self.settled_ns: int | None = None  # when the baseline was first taken over `RECENT` iterations
         self.verdicts: dict[int, dict] = {}
         self.fresh = False
         self.spread: deque = deque(maxlen=KEEP_ITERATIONS)  # per judged iteration, (rank, phase) -> its ratio
@@ -202,6 +203,8 @@ class StepTracker:
         if n > WARMUP:
             if self.base_s <= 0 or n <= WARMUP + RECENT:
                 self.base_s = statistics.median(list(self.durations)[WARMUP:]) if n > WARMUP else step
+                if n == WARMUP + RECENT:
+                    self.settled_ns = self.last_end_ns
             elif step < self.base_s:
                 self.base_s += BASE_LEARN * (step - self.base_s)
         verdicts: dict[int, dict] = {}
