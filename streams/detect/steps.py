@@ -36,6 +36,7 @@ BASE_LEARN = 0.05
 PHASES = ("forward_ms", "backward_ms")
 LOCAL_PHASE = "optimizer_ms"  # tensor-parallel peers compute it apart (no TP collective waits in it)
 KEPT_PHASES = PHASES + (LOCAL_PHASE,)
+WAITED_IN_GROUP = True  # TP peers that waited in a phase for a stalled member still count in its group (`_judge`)
 STRAGGLER_SHARE = 0.1  # a phase in which more ranks than this share are slow holds waits
 PHASE_MIN_SHARE = 0.1  # a phase shorter than this share of the step cannot slow the job (noise)
 UNIFORM = 1.15  # phases stretched alike (largest ratio over smallest at most this): a slower device
@@ -242,13 +243,22 @@ class StepTracker:
                 # is slow is told by the phase its members compute apart (`LOCAL_PHASE`); when
                 # every member is slower there too, the whole group is (a slow node)
                 over = [r for r, (x, _) in ratios.items() if x >= 1 + self.slow_impact]
-                for r in [r for r in over if self._waited_outside(r, phase, vals[r] - ratios[r][1], got, members, coords)]:
+                waited = [r for r in over if self._waited_outside(r, phase, vals[r] - ratios[r][1], got, members, coords)]
+                for r in waited:
                     over.remove(r)
                     del ratios[r]
                     waiting.add(r)
                 groups_over: dict = {}
                 for r in over:
                     groups_over.setdefault(_tp_group(coords.get(r)) or ("rank", r), []).append(r)
+                # ... yet they stay in their group: a stalled member whose phase still holds waits
+                # for the group's slow member is not the slow one (generator C's 256-rank job
+                # drawn with 19000: rank 133 1.5x; its TP peer 132 stalled outside its phases
+                # once, its other peers waited for 132 in forward and were left out, and 132,
+                # 1.35x in forward for its waits on 133, stood alone and was named P3)
+                for r in waited if WAITED_IN_GROUP else ():
+                    if _tp_group(coords.get(r)) in groups_over:
+                        groups_over[_tp_group(coords.get(r))].append(r)
                 local = self._local_ratios(got, members) if groups_over else {}
                 apart = {g: [r for r in group if local.get(r, 0.0) >= 1 + self.slow_impact]
                          for g, group in groups_over.items()}
@@ -269,7 +279,7 @@ class StepTracker:
                         continue
                     for r in group:
                         if len(apart[g]) != 1 or r != apart[g][0]:
-                            del ratios[r]
+                            ratios.pop(r, None)
                             waiting.add(r)
                 for r, (ratio, ref) in ratios.items():
                     if ratio > self.ratio.get(r, 0.0):

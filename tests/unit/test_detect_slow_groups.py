@@ -156,6 +156,23 @@ def test_a_previous_stage_slower_between_its_calls_but_not_in_its_phases_is_not_
     assert (named == [[6]]) is not drill
 
 
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_stalled_tp_peer_of_a_slow_rank_is_not_named_by_its_waits_in_forward(settings, gen_c, monkeypatch, drill):
+    """Generator C's 256-rank job (TP 8, GPU-timed) drawn with 19000: rank 133 1.5x from 14.6 s.
+    In one iteration its TP peer 132 stalled outside its phases; the group's other members
+    waited for it inside forward and were left out of the phase's verdicts, so 132, 1.35x
+    in forward for its own waits on 133, stood alone there and was named P3. The peers that
+    waited stay in their group, whose slow member its optimizer phase tells apart (133).
+    Drill: the peers that waited leave their group (`WAITED_IN_GROUP` off)."""
+    from commwatch.streams.detect import steps as steps_mod
+
+    if drill:
+        monkeypatch.setattr(steps_mod, "WAITED_IN_GROUP", False)
+    named = slow_ranks_of(settings, gen_c("s10c", seed=19000))
+    assert [133] in named
+    assert (named == [[133]]) is not drill
+
+
 @pytest.mark.parametrize("typical", [True, False])
 def test_gc_pauses_of_a_healthy_job_name_nobody(settings, monkeypatch, typical):
     # 32 ranks, each pausing 0.05-1 s 0.03 times a second: a 1 s pause fills one window, in
