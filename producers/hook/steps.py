@@ -26,17 +26,21 @@ class StepTimer:
         self.ring: Any = None
         self.iteration = -1
         self.t_start_ns = 0
+        self.mono_start_ns = 0
         self.phases: dict[str, list] = {}  # name -> [cpu ms] or [(start_event, end_event), ...]
         self.pending: collections.deque = collections.deque()
         self.steps = 0
 
     def mark(self, iteration: int | None = None) -> None:
-        now = time.time_ns()
+        # the iteration ends now on the wall clock, and lasted what the monotonic clock says:
+        # a wall clock stepped back inside it (NTP) would date its end before its start, and
+        # the step would be refused at decode (an independent generator's node stepped 3 s back)
+        now, mono = time.time_ns(), time.monotonic_ns()
         if self.iteration >= 0:
-            self.pending.append((self.iteration, self.t_start_ns, now, self.phases))
+            self.pending.append((self.iteration, now - (mono - self.mono_start_ns), now, self.phases))
             self.flush()
         self.iteration = self.iteration + 1 if iteration is None else iteration
-        self.t_start_ns = now
+        self.t_start_ns, self.mono_start_ns = now, mono
         self.phases = {}
 
     @contextlib.contextmanager

@@ -112,6 +112,21 @@ def test_steps_meta_and_uninstall(installed, tmp_path):
     assert not (tmp_path / "jh" / "0.ring").exists()
 
 
+def test_a_wall_clock_stepped_back_inside_an_iteration_keeps_its_duration(installed, tmp_path, monkeypatch):
+    import time
+
+    h, _ = installed
+    hook.step()
+    real = time.time_ns
+    monkeypatch.setattr(time, "time_ns", lambda: real() - 3_000_000_000)  # NTP steps the clock 3 s back
+    time.sleep(0.02)
+    hook.step()
+    steps = ring.RingReader(ring.ring_path(tmp_path, "jh", 0, "steps"), ring.STEP_MAGIC, ring.STEP_DTYPE)
+    (rec,) = steps.poll()[0]
+    assert 20e6 <= rec["t_end_ns"] - rec["t_start_ns"] < 1e9  # not -3 s: the monotonic clock's duration
+    assert abs(rec["t_end_ns"] - (real() - 3_000_000_000)) < 1e9  # ends on the stepped wall clock
+
+
 def test_phases_leave_out_time_inside_blocking_collectives(installed, tmp_path):
     import time
 
