@@ -85,6 +85,7 @@ ELSEWHERE_SPREADS = 3.0  # ... like its peers within half slow_impact or this ma
 STALL_HORIZON_NS = 60_000_000_000  # stalls (`windows.busy_stall`) are counted over this much of the latest time ...
 STALL_REPEAT = 3  # ... a rank stalling in this many windows of each comm that shows its stalls, nobody else twice, ...
 STALL_KEEP = 16  # (windows with stalls kept per rank and comm)
+MEASURED_SHARE = 0.01  # a rank is named by a comm whose compared intervals fill this share of its peers' newest window
 
 
 @dataclass
@@ -618,7 +619,8 @@ class SlowTracker:
             c, (ratio, mine, ref, ps) = finest[r]
             ct = self.comms[c]
             if r not in open_ranks and r not in grouped and (
-                    not self._waited_on(ct, r) or self._normal_elsewhere(r, c, verdict, short, noise, hot)
+                    ps < MEASURED_SHARE or not self._waited_on(ct, r)
+                    or self._normal_elsewhere(r, c, verdict, short, noise, hot)
                     or self._waits_in_finer(r, c, long)):
                 continue
             out[r] = {"ratio": round(ratio, 3), "slowdown": round(ratio - 1.0, 3), "comm": c,

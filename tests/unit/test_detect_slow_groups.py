@@ -173,6 +173,23 @@ def test_a_stalled_tp_peer_of_a_slow_rank_is_not_named_by_its_waits_in_forward(s
     assert (named == [[133]]) is not drill
 
 
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_comm_whose_compared_intervals_fill_none_of_the_peers_time_names_nobody(settings, gen_c, monkeypatch, drill):
+    """Generator C's 32-rank job (TP 2, PP 2, DP 8, GPU-timed) drawn with 19000: rank 13's
+    data loader stalls an iteration long every 4th iteration: the next stage's TP pair 14-15,
+    late at its data-parallel reductions after its waits on 13, had the only gaps of their
+    comms' newest window (their peers' back-to-back calls leave none: a share of 0 of their
+    time) and were named P3 at 3.45x; 13 is named by its stalls. A comparison over
+    intervals that fill under `MEASURED_SHARE` of the peers' window names nobody.
+    Drill: any share names (`MEASURED_SHARE` 0)."""
+    from commwatch.streams.detect import slow as slow_mod
+
+    if drill:
+        monkeypatch.setattr(slow_mod, "MEASURED_SHARE", 0.0)
+    named = slow_ranks_of(settings, gen_c("s08a", seed=19000))
+    assert (named == [[13]]) is not drill
+
+
 @pytest.mark.parametrize("typical", [True, False])
 def test_gc_pauses_of_a_healthy_job_name_nobody(settings, monkeypatch, typical):
     # 32 ranks, each pausing 0.05-1 s 0.03 times a second: a 1 s pause fills one window, in
