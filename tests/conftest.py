@@ -4,6 +4,7 @@ per process; a fresh database per test)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -81,6 +82,25 @@ def gen_c(tmp_path_factory):
                            capture_output=True)
             found = list(out.glob(f"{scenario}*.cwcap"))
         return found[0]
+
+    return capture
+
+
+@pytest.fixture(scope="session")
+def gen_d(tmp_path_factory):
+    """A capture of the fourth independent generator (`tests/independent/ops`) and its truth:
+    its scenario by full name, drawn with a base seed (its default 1), generated once per
+    session."""
+    gen = Path(__file__).resolve().parent / "independent" / "ops" / "gen.py"
+    folder = tmp_path_factory.mktemp("gen_d")
+
+    def capture(scenario: str, seed: int = 1) -> tuple[Path, dict]:
+        out = folder / str(seed)
+        cap = out / f"{scenario}.cwcap"
+        if not cap.exists():
+            subprocess.run([sys.executable, str(gen), "--out", str(out), "--seed", str(seed), scenario], check=True,
+                           capture_output=True)
+        return cap, json.loads((out / f"{scenario}.truth.json").read_text())
 
     return capture
 

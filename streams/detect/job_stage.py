@@ -12,7 +12,8 @@ hardware). Time is the job's own event time handed in (`now_of(job)`).
 - `comm_hang` (P0): a blocked instance that every member entered, none of them held by
   anything older, and none completes.
 - The threshold follows the job's cadence: max(`hang_floor_s`, `hang_gap_factor` x the
-  longest normal silence of a comm's members (p99), `hang_step_factor` x the median step).
+  longest normal silence of a comm's members (p99), `hang_step_factor` x the median step);
+  a root's silence is held against each rank's busiest comm's instead (`_silence`).
 - `node_lost` (P0): a node's heartbeats stop while other nodes of the job still report; P2
   while other nodes still complete collectives with its ranks in them (its data is late).
 - `job_stalled` (P2): nobody inside a blocked call and no progress for far longer than usual.
@@ -91,6 +92,7 @@ class JobState:
     analysis: waits.Analysis | None = None
     chain: dict | None = None  # the last wait chain shown while a hang is open (`health.snapshot`)
     threshold_ns: float = 0.0
+    root_threshold_ns: float = 0.0  # a root's silence (`JobStage.threshold_ns`)
     stuck_since: dict[int, int] = field(default_factory=dict)
     slowdown_since: int = 0
     idle_since: int = 0  # a job-wide pause going on (`_pauses`): the job's last progress before it
@@ -214,7 +216,7 @@ class JobStage:
                 return out
             step = self.median_step_ns(js)
             self._pauses(js, now_ns, step)
-            js.threshold_ns = self.threshold_ns(js, step)
+            js.threshold_ns, js.root_threshold_ns = self.threshold_ns(js, step)
             lost = self._node_lost(js, now_ns, out)
             self._hangs(js, now_ns, lost, out)
             self._stalled(js, now_ns, out)
@@ -263,20 +265,44 @@ class JobStage:
     def median_step_ns(self, js: JobState) -> float:
         return js.steps.median_step_s() * 1e9
 
-    def threshold_ns(self, js: JobState, step: float) -> float:
-        """Hang threshold: the floor, or longer for a job whose ranks normally go long
+    def threshold_ns(self, js: JobState, step: float) -> tuple[float, float]:
+        """Hang thresholds: the floor, or longer for a job whose ranks normally go long
         without progress (long steps, a slow stage): its own cadence (`step`: the job's median
         iteration, ns; 0 when unknown). Where the step is known, a comm's longest normal
         silence counts `hang_step_factor` times, not `hang_gap_factor` times, once it is most
         of a step: the iterations say what is normal (generator B's host-enqueue job of 31 s
         steps, its hosts running ahead: its comms silent 29 s an iteration, a threshold of
-        88 s; its hang, waited on from 62.5 s of a 150 s capture, was never named)."""
+        88 s; its hang, waited on from 62.5 s of a 150 s capture, was never named).
+        Two: the job's, from the longest gap of any comm (how long a comm's members may all
+        wait in a call: `comm_hang`), and a root's, from the longest normal silence of any
+        rank, the least gap of its comms (`_silence`): a comm called once every ten
+        iterations (an evaluation's) is silent ten iterations between its calls while its
+        members progress in their others."""
+        gaps = self._gaps(js, step)
+        return self._threshold(step, max(gaps.values(), default=0)), self._threshold(step, self._silence(js, gaps))
+
+    def _threshold(self, step: float, gap: float) -> float:
         s = self.settings
-        gap = max(self._gaps(js, step).values(), default=0)
         by_gap = s.hang_gap_factor * gap
         if step > 0 and s.hang_step_factor > 0:
             by_gap = min(by_gap, s.hang_step_factor * max(step, gap))
         return max(s.hang_floor_s * 1e9, by_gap, s.hang_step_factor * step)
+
+    @staticmethod
+    def _silence(js: JobState, gaps: dict[str, int]) -> int:
+        """The longest normal silence of any rank: per rank the least gap of its comms (known
+        ones), the most over ranks. Generator D's evaluation comm used every 10th iteration of
+        1 s steps: its 10 s gaps made a 20 s threshold, and a rank that never entered its
+        all-reduce, every peer waiting, was not named in the 18 s the capture had left."""
+        least: dict[int, int] = {}
+        for c, g in gaps.items():
+            if g > 0:
+                for r in js.members.get(c, ()):
+                    if g < least.get(r, 1 << 62):
+                        least[r] = g
+        if not least:
+            return max(gaps.values(), default=0)
+        return max(least.values())
 
     @staticmethod
     def _gaps(js: JobState, step: float) -> dict[str, int]:
@@ -438,7 +464,9 @@ class JobStage:
         """Comms whose newest message is older than a few heartbeat periods: their input is
         behind (or their nodes are silent), so what stage 1 says of them is not current."""
         limit = self.settings.node_lost_periods * self.settings.heartbeat_period_s * 1e9
-        return {c for c, r in js.comms.items() if now_ns - r.get("seen_ns", now_ns) >= limit}
+        # a comm every member left (destroyed) says nothing more: it is over, not behind
+        return {c for c, r in js.comms.items() if now_ns - r.get("seen_ns", now_ns) >= limit
+                and not (r.get("left") and len(r["left"]) >= len(js.members.get(c, ())))}
 
     def _reporting(self, js: JobState, now_ns: int) -> set[str]:
         """Nodes whose heartbeats are current: what they say of their ranks is news."""
@@ -464,12 +492,13 @@ class JobStage:
         warm = self.settings.hang_warmup_s * 1e9
         current = {c: w for c, w in js.waits.items() if c not in stale and (
             js.comms.get(c, {}).get("done", True) or all(now_ns - i["since_ns"] >= warm for i in w["instances"]))}
-        thr = js.threshold_ns
+        thr, root_thr = js.threshold_ns, js.root_threshold_ns
         exited = self._exited(js)
         stuck = self._stuck(js, now_ns)
-        left: set[int] = set()
-        for c in js.comms.values():
-            left.update(c["left"])
+        # a rank that left one comm (destroyed, to be created anew under another id) still
+        # waits and progresses in its others: gone only once it left them all. Generator D's
+        # data-parallel comms re-created mid-run: every rank had left one, and none was waited on
+        left = self._left_all(js)
         # a rank silent for the threshold is hung once others wait on it inside a call (for the
         # floor: the threshold measures the rank's own silence against its cadence; peers reach
         # the call it never entered only at their own pace, within that cadence)
@@ -488,6 +517,7 @@ class JobStage:
         # once waited in for a second): a member silent there may be inside that call
         unreported = {c for c, rep in js.comms.items() if c not in js.waits and not rep.get("p2p_only")
                       and rep.get("s", -1) > rep.get("d", -1)}
+        inside = self._inside_unjudged(js, current, stale)
         roots = []
         for r, (comm, seq, op, p2p) in sorted(an.roots.items()):
             node = js.node_of.get(r)
@@ -499,17 +529,22 @@ class JobStage:
                 reason = "exited"
             elif r in stuck:
                 reason = "completion_stuck"
-            elif now_ns - self.silent_since(js, r, now_ns) >= thr:
-                if any(r in js.members.get(c, ()) for c in unreported):
+            elif now_ns - self.silent_since(js, r, now_ns) >= root_thr:
+                if r in inside or any(r in js.members.get(c, ()) for c in unreported):
                     continue  # maybe blocked in a call of it, behind someone else: not known hung yet
                 reason = "not_started" if r in an.not_started else "silent"
             else:
                 continue  # still progressing elsewhere: slow, not hung (the slow detectors judge it)
             roots.append((r, reason, comm, seq, op, p2p))
+        if roots:
+            skip = exited | set(stuck) | left | inside | {r for w in current.values() for i in w["instances"]
+                                                           for r in i["entered"]}
+            skip.update(r for c in stale | unreported for r in js.members.get(c, ()))
+            roots.extend(self._died_with(js, now_ns, roots, skip, root_thr))
         waited = now_ns - an.oldest_since_ns
         roots, comm_roots = self._torn_down(js, now_ns, roots, an.comm_roots)
         if roots:
-            self._assert_hang(js, now_ns, an, roots, waited, thr, out)
+            self._assert_hang(js, now_ns, an, roots, waited, root_thr, out)
         comm_roots = [x for x in comm_roots if not lost.intersection(js.comms.get(x.comm, {}).get("nodes", ()))
                       and set(js.comms.get(x.comm, {}).get("nodes") or ()) <= reporting
                       # a comm a member of which exited is no transport hang: the exit explains it
@@ -531,6 +566,40 @@ class JobStage:
                           "comms": [i.comm for i in comm_roots][:16], "threshold_s": round(thr / 1e9, 2),
                           "onset_ns": int(x.since_ns)},
                 id_hint=f"{x.comm}-{x.seq}"))
+
+    @staticmethod
+    def _inside_unjudged(js: JobState, current: dict, stale: set[str]) -> set[int]:
+        """Ranks inside a call whose wait is not judged yet (its comm never completed a call:
+        a first wait may be a long first iteration): they wait there, they are not silent.
+        Generator D's hang at the first iteration: a TP group's three members inside all-reduce
+        #0, the fourth never in it, the next stage waiting on all four in its recvs: the P0
+        named the four."""
+        return {r for c, w in js.waits.items() if c not in current and c not in stale
+                for i in w["instances"] for r in i["entered"]}
+
+    def _died_with(self, js: JobState, now_ns: int, roots: list, skip: set[int], thr: float) -> list[tuple]:
+        """The ranks of a silent root's node that fell silent with it (within `thr` of it),
+        silent for the threshold as it is, inside no call: a node's processes die together
+        (its agent heartbeating on), and nobody waits on some of them yet when the hang is
+        named. Generator A's node of eight processes crashing, drawn with SEED 13: the P0
+        named seven, the eighth (its pipeline partner on the same node, its data-parallel
+        peers not yet at their next reduction) joined a second later. A victim is inside the
+        call it waits in, or still progresses: neither is named."""
+        named = {x[0] for x in roots}
+        out = []
+        for r, reason, *_ in list(roots):
+            node = js.node_of.get(r)
+            if reason != "silent" or node is None:
+                continue
+            since = self.silent_since(js, r, now_ns)
+            for q in sorted(js.node_ranks.get(node, ())):
+                if q in named or q in skip:
+                    continue
+                quiet = self.silent_since(js, q, now_ns)
+                if quiet and now_ns - quiet >= thr and abs(quiet - since) <= thr:
+                    named.add(q)
+                    out.append((q, "silent", "", -1, "", False))
+        return out
 
     def _torn_down(self, js: JobState, now_ns: int, roots: list, comm_roots: list) -> tuple[list, list]:
         """While a hang is open its victims may be torn down (a watchdog aborts them): their

@@ -511,6 +511,96 @@ def test_a_watchdogs_abort_after_a_hang_adds_no_culprit_and_no_comm_hang(setting
 
 
 @pytest.mark.parametrize("drill", [False, True])
+def test_a_node_whose_processes_die_together_is_named_whole_at_once(settings, gen_a, monkeypatch, drill):
+    """Generator A's job (TP 2, PP 2, DP 8, GPU-timed) drawn with SEED 13: the eight processes
+    of node 3 die at 30 s, its agent heartbeating on. When the hang was named, nobody waited
+    on rank 29 yet (its pipeline partner on the same node, its data-parallel peers not at
+    their next reduction): the P0 opened naming seven, and 29 joined a second later. The
+    node's ranks silent since the roots fell silent, inside no call, are named with them.
+    Drill: without them."""
+    from commwatch.capture import read_sorted
+    from commwatch.decode import decode_messages
+    from commwatch.streams.detect import Detector
+    from commwatch.streams.detect.job_stage import JobStage
+
+    if drill:
+        monkeypatch.setattr(JobStage, "_died_with", lambda self, js, now_ns, roots, skip, thr: [])
+    msgs = read_sorted(gen_a("crash_node_agent_on_2x2x8_gpu_node3", seed=13))
+    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    p0 = [e for e in events if e["severity"] == "P0"]
+    assert {e["incident"] for e in p0} == {p0[0]["incident"]} and p0[0]["kind"] == "hang"
+    assert p0[-1]["culprit_ranks"] == list(range(24, 32))
+    assert (p0[0]["culprit_ranks"] == list(range(24, 32))) is not drill
+
+
+def _hangs_of(settings, cap) -> list[dict]:
+    from commwatch.capture import read_sorted
+    from commwatch.decode import decode_messages
+    from commwatch.streams.detect import Detector
+
+    msgs = read_sorted(cap)
+    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    return [e for e in events if e["severity"] == "P0"]
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_hang_at_the_first_iteration_names_the_rank_in_no_call(settings, gen_d, monkeypatch, drill):
+    """Generator D's job (TP 4, PP 4, DP 2, GPU-timed): a rank stops before its first call; its
+    TP peers wait inside all-reduce #0 (a comm that never completed a call: its wait is not
+    judged yet), the next stage waits on all four in its recvs. The P0 named the four; the
+    three inside a call wait there. Drill: ranks inside unjudged calls counted silent."""
+    from commwatch.streams.detect.job_stage import JobStage
+
+    if drill:
+        monkeypatch.setattr(JobStage, "_inside_unjudged", staticmethod(lambda js, current, stale: set()))
+    cap, truth = gen_d("h04_first_iter")
+    p0 = _hangs_of(settings, cap)
+    assert len({e["incident"] for e in p0}) == 1 and p0[0]["kind"] == "hang"
+    assert (p0[0]["culprit_ranks"] == truth["culprits"]) is not drill
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_hang_in_a_comm_created_anew_is_named(settings, gen_d, monkeypatch, drill):
+    """Generator D's job destroys its data-parallel comms at iteration 25 and creates them
+    anew under new ids; a rank stops before its first call on the new one. Every rank had
+    left a comm, and was taken as gone (out of every wait); the destroyed comms, silent
+    since, as input behind. Nothing was named in 22 s. Drill: a destroyed comm is behind."""
+    from commwatch.streams.detect.job_stage import JobStage
+
+    if drill:
+        stale = JobStage._stale
+
+        def behind(self, js, now_ns):
+            limit = self.settings.node_lost_periods * self.settings.heartbeat_period_s * 1e9
+            return stale(self, js, now_ns) | {c for c, r in js.comms.items()
+                                              if now_ns - r.get("seen_ns", now_ns) >= limit}
+
+        monkeypatch.setattr(JobStage, "_stale", behind)
+    cap, truth = gen_d("s03b_recreate_hang")
+    p0 = _hangs_of(settings, cap)
+    assert ([e["culprit_ranks"] for e in p0[:1]] == [truth["culprits"]]) is not drill
+    assert len({e["incident"] for e in p0}) <= 1
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_hang_in_a_comm_called_every_tenth_iteration_waits_for_the_jobs_cadence(settings, gen_d, monkeypatch,
+                                                                                  drill):
+    """Generator D's job evaluates every 10th iteration (1 s steps) on its own comm; a rank
+    never enters the evaluation's all-reduce, every peer waits. The comm's 10 s gaps made
+    the threshold 20 s; its members progress every iteration in their other comms. Drill:
+    the job's threshold from its rarest comm."""
+    from commwatch.streams.detect.job_stage import JobStage
+
+    if drill:
+        monkeypatch.setattr(JobStage, "_silence", staticmethod(lambda js, gaps: max(gaps.values(), default=0)))
+    cap, truth = gen_d("h03_eval_comm_hang")
+    p0 = _hangs_of(settings, cap)
+    assert [e["culprit_ranks"] for e in p0[:1]] == ([] if drill else [truth["culprits"]])
+    if not drill:
+        assert p0[0]["opened_ns"] - truth["onset_ns"] <= 7 * S
+
+
+@pytest.mark.parametrize("drill", [False, True])
 def test_a_hang_whose_root_progresses_again_resolves_at_once(settings, gen_c, monkeypatch, drill):
     """The third generator's job in which rank 0 alone writes a checkpoint for 15 s while the
     31 others wait in a barrier: until it ends it cannot be told from a hang of rank 0 (a P0

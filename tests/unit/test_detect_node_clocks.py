@@ -144,11 +144,28 @@ def test_the_live_fixes_are_what_passes(settings, monkeypatch):
     assert ("node_lost", (4, 5, 6, 7)) in _paged(_live(settings, -5.0), ("P0", "P1", "P2"))
     monkeypatch.undo()
     monkeypatch.setattr(detector, "SKEW_MIN_NS", 10**18)  # the job's clocks take any stamp
-    # the node's stamps 5 s ahead lengthen its comms' silences: the hang is named late or not
-    # at all (its threshold 11.6 s, where the fixed run's is the 5 s floor)
-    hang = [e for e in _live(settings, 5.0, faults=(jm.HostHang(rank=9, at_s=30.0),))
-            if e["status"] == "open" and e["kind"] == "hang"]
-    assert not hang or hang[0]["evidence"]["threshold_s"] >= 2 * settings.hang_floor_s
+    # the node's stamps 5 s ahead lengthen its comms' silences: the job's threshold grows
+    # (11.6 s, where the fixed run's is the 5 s floor; a root's, from each rank's busiest comm,
+    # may not)
+    seen = _thresholds(monkeypatch)
+    _live(settings, 5.0, faults=(jm.HostHang(rank=9, at_s=30.0),))
+    assert max(seen) >= 2 * settings.hang_floor_s * 1e9
+
+
+def _thresholds(monkeypatch) -> list[float]:
+    """The job's hang thresholds (for a comm_hang; `JobStage.threshold_ns`) as evaluated."""
+    from commwatch.streams.detect.job_stage import JobStage
+
+    seen: list[float] = []
+    real = JobStage.threshold_ns
+
+    def spy(self, js, step):
+        out = real(self, js, step)
+        seen.append(out[0])
+        return out
+
+    monkeypatch.setattr(JobStage, "threshold_ns", spy)
+    return seen
 
 
 # The same jobs as a capture (`commwatch replay`): sorted by stamp, no arrival times to learn
@@ -188,6 +205,6 @@ def test_the_capture_end_and_own_first_sightings_are_what_passes(settings, tmp_p
                                                           duration_s=45.0, seed=3))}
     monkeypatch.undo()
     monkeypatch.setattr(comm_state, "SKEW_MIN_NS", 10**18)
-    events = _replayed(settings, tmp_path, tp=2, pp=2, dp=4, duration_s=45.0, seed=4,
-                       faults=(jm.HostHang(rank=9, at_s=18.0),))
-    assert [e["evidence"]["threshold_s"] for e in events if e["kind"] == "hang"][0] > 2 * settings.hang_floor_s
+    seen = _thresholds(monkeypatch)
+    _replayed(settings, tmp_path, tp=2, pp=2, dp=4, duration_s=45.0, seed=4, faults=(jm.HostHang(rank=9, at_s=18.0),))
+    assert max(seen) > 2 * settings.hang_floor_s * 1e9
