@@ -827,7 +827,7 @@ class JobStage:
                 found[r]["phases"] = ev
             else:
                 found[r] = ev
-        for r, ev in js.slow.stalls(now_ns).items():
+        for r, ev in js.slow.stalls(now_ns, held | found.keys()).items():
             found.setdefault(r, ev)  # a rank found slow otherwise is that; one that stalls again and again, this
         loss = js.steps.slowdown()
         if not found and loss is not None and loss >= LOCAL_LOSS:

@@ -246,6 +246,7 @@ class SlowTracker:
         self.in_use_since: dict[str, int] = {}  # comm -> when an evaluation first saw it in use
         self.due_ns = 0  # when time alone may conclude a rank hot over enough windows (0: none)
         self.stall_log: dict[tuple[int, str], deque] = {}  # (rank, comm) -> (window end, ms) of its windows with stalls
+        self.long: dict[str, dict[int, tuple]] = {}  # the latest evaluation's figures over each comm's horizon
     # --- inputs -----------------------------------------------------------------------
     def _timing(self, rep: dict, p2p: bool) -> CommTiming:
         ct = self.comms.get(rep["comm"])
@@ -546,7 +547,7 @@ class SlowTracker:
         """Slow ranks now: rank -> evidence (`ratio`, `impact`, `onset_ns`, `comm`, busy gaps)."""
         self.fresh = False
         self.compute = self.compute_shares(now_ns, in_use, stale)
-        long = self._comm_ratios(now_ns, stale, latest=False)
+        long = self.long = self._comm_ratios(now_ns, stale, latest=False)
         short = self._comm_ratios(now_ns, stale, latest=True)
         unknown: set[int] = set()
         for comm, members in (in_use or {}).items():
@@ -880,7 +881,7 @@ class SlowTracker:
                         out.setdefault(cr, []).append(r)
         return out
 
-    def stalls(self, now_ns: int) -> dict[int, dict]:
+    def stalls(self, now_ns: int, slow: set[int] = frozenset()) -> dict[int, dict]:
         """Ranks that stall outside every call again and again (a data loader stuck one
         iteration in four): rank -> evidence. A stall lengthens one gap of the rank in each of
         its comms while its peers wait inside their next call (`windows.busy_stall`), so the
@@ -894,7 +895,12 @@ class SlowTracker:
         costs the job `slow_impact` of its time or more (its mean stall over the mean time
         between them). Random stalls of many ranks (garbage collections, each rank at its own
         moments: some rank stalls three times in a minute by chance), or a pause of every rank
-        at once, name nobody."""
+        at once, name nobody. Nor does a rank that waits for a slow one (`slow`: found or named
+        by its compute) inside the calls of a collective comm they share (`_waits_for`): each
+        iteration its gaps in its other comms hold that wait, a stall in their figures, while
+        it was inside a call all along (generator C's 256-rank job drawn with 21000: rank
+        133 1.5x; its tensor-parallel peer 128, late at every data-parallel reduction by its
+        waits on 133, was named P3 'stalls outside every call, 0.48 s at a time')."""
         since = now_ns - STALL_HORIZON_NS
         recent: dict[tuple[int, str], list] = {}
         for key, log in self.stall_log.items():
@@ -926,7 +932,7 @@ class SlowTracker:
         out: dict[int, dict] = {}
         for r, counts in counted.items():
             if min(counts.values()) < STALL_REPEAT or any(
-                    q != r and min(n.values()) > 1 for q, n in counted.items()):
+                    q != r and min(n.values()) > 1 for q, n in counted.items()) or self._waits_for(r, slow):
                 continue
             best = max(counts, key=lambda c: (counts[c], c))
             events = recent[(r, best)]
@@ -939,6 +945,19 @@ class SlowTracker:
                       "comm": best, "onset_ns": int(events[0][0]), "signal": "stalls", "stalls": len(events),
                       "stall_ms": round(mean_ms, 1), "every_s": round(period / 1e9, 2)}
         return out
+
+    def _waits_for(self, rank: int, slow: set[int]) -> bool:
+        """Whether `rank` computes clearly faster (by half `slow_impact`, as in
+        `_waiting_on_slower`) than a rank of `slow` in a collective comm they share, by the
+        latest evaluation's figures over each comm's horizon: it waits for that one there."""
+        for c, res in self.long.items():
+            ct = self.comms.get(c)
+            if ct is None or ct.p2p or rank not in res:
+                continue
+            mine = res[rank][1] * (1.0 + self.slow_impact / 2)
+            if any(q != rank and q in res and mine < res[q][1] for q in slow):
+                return True
+        return False
 
     def advisories(self, coords: dict[int, dict]) -> list[dict]:
         """Stages that compute `IMBALANCE` more than the other stages, from the start on."""
