@@ -48,6 +48,7 @@ TAIL_MIN = 4  # a run of slow instances ending the window (`busy_tail`) counts f
 TAIL_SHARE = 0.25  # ... and this share of the window's counted instances ...
 TAIL_STEADY = 0.8  # ... slow in this share of them, after instances slow in at most the rest's share
 P2P_CLASSES = 16  # P2P compute intervals: the kinds of the calls before and after the gap
+MOST_VALID = 0.5  # an instance counts in the busy figures where more than this share of members had a gap in it
 STALL_MIN_NS = 100_000_000  # a member's gap this much over the other members' for the same instance ...
 STALL_TYPICAL = 3.0  # ... and this many times the window's typical gap is a stall (`busy_stall`)
 
@@ -117,7 +118,13 @@ def _busy_stats(gaps: np.ndarray, valid: np.ndarray, span: float
     the sum of all its valid gaps over `span`. Which instances count is decided for all
     members at once: every member is measured over the same work (a cut per member, at a
     length where gaps of two kinds meet, would take one kind for one member and not for
-    another: a bias of tens of percent between members doing the same work). Last, per
+    another: a bias of tens of percent between members doing the same work). So an instance
+    counts only where most members had a gap in it (`MOST_VALID`): where the others' calls
+    came back to back, a member's lone gap is its lateness, not compute they did too
+    (generator C's healthy 512-rank job drawn with 19000: data-parallel comms with one 33 ms
+    gap an iteration, and one back to back; now and then one member had a ~100 ms gap where
+    its peers had none, in two windows in a row for six ranks of a node: named P2 '66 %
+    slower'). Last, per
     member, the share of those instances in which its gap is `STEADY_RATIO` x the others'
     (None under `STEADY_MIN` of them): a slowdown lengthens every gap, a pause one. And the
     median of its counted gaps (ms, None without any): a slower device lengthens them all,
@@ -128,7 +135,7 @@ def _busy_stats(gaps: np.ndarray, valid: np.ndarray, span: float
         allg = np.where(valid, gaps, np.nan)
         row = nanmedian(allg, 1)
         typical = nanmedian(row, 0) if len(row) else np.nan
-        keep = valid & (row <= OUTLIER * typical)[:, None]
+        keep = valid & ((row <= OUTLIER * typical) & (valid.sum(axis=1) > MOST_VALID * valid.shape[1]))[:, None]
     stall = _stalls(allg, row, typical)
     cnt = keep.sum(axis=0)
     sums = np.where(keep, gaps, 0.0).sum(axis=0)

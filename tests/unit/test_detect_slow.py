@@ -330,11 +330,15 @@ def test_comms_of_one_size_doing_different_work_are_judged_by_their_own_kinds_sp
     calls hold waits of the compute stream, and stray from window to window by tens of
     percent, the tensor-parallel ones by 1-3 %. Both are comms of 4: pooled by size, their
     spread was the quiet one's, and whole replicas were named (P1) in 60 s. Pooled by kind
-    (size and strides between members), nobody. Drill: pooled by size."""
+    (size and strides between members), nobody. Drill: pooled by size, and instances in which
+    most members had no gap counted (`windows.MOST_VALID` 0: that rule covers this case too;
+    with it, pooled by size names nobody either)."""
+    from commwatch.streams.detect import windows
     from commwatch.streams.detect.slow import CommTiming
 
     if drill:
         monkeypatch.setattr(CommTiming, "kind", lambda self: len(self.ranks))
+        monkeypatch.setattr(windows, "MOST_VALID", 0.0)
     assert (slow_ranks_of(settings, gen_c("s01b")) != []) is drill
 
 
@@ -346,14 +350,15 @@ def test_a_rank_computing_like_its_peers_between_its_tp_calls_is_not_named(setti
     their TP calls it computes 0.72x rank 10, as its peers do. Only the culprit is named. Drill:
     without the rule (nor the one that a rank computing clearly less than a slower one found
     with it waits for it, nor the phases' bound that follows the collectives' claim, which
-    cover this case too), rank 11 too."""
-    from commwatch.streams.detect import job_stage
+    cover this case too, nor `windows.MOST_VALID`: 11's lone gaps counted), rank 11 too."""
+    from commwatch.streams.detect import job_stage, windows
     from commwatch.streams.detect.slow import SlowTracker
 
     if drill:
         monkeypatch.setattr(SlowTracker, "_normal_elsewhere", lambda *a: False)
         monkeypatch.setattr(SlowTracker, "_waiting_on_slower", lambda *a: [])
         monkeypatch.setattr(job_stage, "ECHO_CLAIM_SHARE", 0.0)
+        monkeypatch.setattr(windows, "MOST_VALID", 0.0)
     named = slow_ranks_of(settings, gen_c("s13b"))
     assert any(11 in ranks for ranks in named) if drill else named == [[10]]
 
@@ -385,13 +390,15 @@ def test_a_rank_computing_clearly_faster_than_a_slower_one_in_a_comm_they_share_
     computed 139 ms to the culprit's 204. It waits for 133 there, although 133 was found by a
     smaller ratio (2.1x) in another comm: which of two is slower, the comm they share says. Its
     1.07x there is also within the TP groups' spread (the test above). Drill: without both
-    rules, rank 128 is named too (with the TP group's other members)."""
-    from commwatch.streams.detect import slow
+    rules, and with instances in which most members had no gap counted (`windows.MOST_VALID`
+    0, which covers this case too), rank 128 is named too (with the TP group's other members)."""
+    from commwatch.streams.detect import slow, windows
     from commwatch.streams.detect.slow import SlowTracker
 
     if drill:
         monkeypatch.setattr(slow, "ELSEWHERE_SPREADS", 0.0)
         monkeypatch.setattr(SlowTracker, "_waiting_on_slower", lambda *a: [])
+        monkeypatch.setattr(windows, "MOST_VALID", 0.0)
     named = slow_ranks_of(settings, gen_c("s10c", seed=6000))
     assert any(128 in ranks for ranks in named) if drill else named == [[133]]
 
@@ -605,3 +612,27 @@ def test_a_victim_whose_only_tp_peer_is_the_culprit_is_not_named(settings, gen_c
     for a slow node, whose TP groups compute alike), and 12 was named P2 with it (as on
     72778fa). A peer clearly slower there is the one it waits for."""
     assert slow_ranks_of(settings, gen_c("s02b", seed=6000)) == [[13]]
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_members_lone_gap_where_its_peers_calls_came_back_to_back_is_not_compute(monkeypatch, drill):
+    # a data-parallel comm of 16 whose two calls an iteration are 33 ms apart and the next two
+    # back to back (generator C's 512-rank job drawn with 19000): member 3 had a 108 ms gap
+    # where the others had none (its lateness, not work they did too); counted, it doubled its
+    # mean and named it '66 % slower'. Drill: an instance counts wherever any member had a gap
+    import numpy as np
+
+    from commwatch.streams.detect import windows
+
+    if drill:
+        monkeypatch.setattr(windows, "MOST_VALID", 0.0)
+    ms = 1e6
+    rng = np.random.default_rng(5)
+    gaps = np.zeros((4, 16))
+    gaps[1] = rng.normal(33, 1, 16) * ms
+    gaps[0, 3], gaps[0, 11] = 107.6 * ms, 10.2 * ms
+    gaps[3] = rng.normal(2480, 30, 16) * ms  # the gap that spans the iteration's end (an outlier)
+    sums, counts, _, _, _, _, _ = windows._busy_stats(gaps, gaps >= windows.MIN_GAP_NS, span=2.8e9)
+    ratio = (sums[3] / counts[3]) / (sums[0] / counts[0])
+    assert (ratio < 1.1) is not drill
+    assert (counts[3] == counts[0]) is not drill
