@@ -330,15 +330,17 @@ def test_comms_of_one_size_doing_different_work_are_judged_by_their_own_kinds_sp
     calls hold waits of the compute stream, and stray from window to window by tens of
     percent, the tensor-parallel ones by 1-3 %. Both are comms of 4: pooled by size, their
     spread was the quiet one's, and whole replicas were named (P1) in 60 s. Pooled by kind
-    (size and strides between members), nobody. Drill: pooled by size, and instances in which
-    most members had no gap counted (`windows.MOST_VALID` 0: that rule covers this case too;
-    with it, pooled by size names nobody either)."""
+    (size and strides between members), nobody. Drill: pooled by size, instances in which
+    most members had no gap counted (`windows.MOST_VALID` 0) and the busy share taken for the
+    compared one (`SlowTracker._measured`): those two rules cover this case too (with either,
+    pooled by size names nobody either)."""
     from commwatch.streams.detect import windows
-    from commwatch.streams.detect.slow import CommTiming
+    from commwatch.streams.detect.slow import CommTiming, SlowTracker
 
     if drill:
         monkeypatch.setattr(CommTiming, "kind", lambda self: len(self.ranks))
         monkeypatch.setattr(windows, "MOST_VALID", 0.0)
+        monkeypatch.setattr(SlowTracker, "_measured", staticmethod(lambda ct, rank, share: share))
     assert (slow_ranks_of(settings, gen_c("s01b")) != []) is drill
 
 
