@@ -760,18 +760,8 @@ class SlowTracker:
         in its own (its gaps there hold the waits), which computed 1.07x its peers between their
         TP calls to the culprit's 1.47x, and was named with it. Only where two ranks each seem
         to wait for the other (in two comms) does the larger ratio they were found by decide."""
-        waits: dict[int, set[int]] = {}
-        for r, ev in found.items():
-            if r in grouped or ev.get("signal") != "collectives":
-                continue
-            for c, res in long.items():
-                ct = self.comms.get(c)
-                if ct is None or ct.p2p or r not in res:
-                    continue
-                mine = res[r][1]
-                waits.setdefault(r, set()).update(
-                    q for q in ct.ranks if q != r and q in res and q in found
-                    and mine * (1.0 + self.slow_impact / 2) < res[q][1])
+        waits = {r: self._slower_peers(r, found.keys(), long) for r, ev in found.items()
+                 if r not in grouped and ev.get("signal") == "collectives"}
         return [r for r, qs in waits.items()
                 if any(r not in waits.get(q, ()) or found[q]["ratio"] > found[r]["ratio"] for q in qs)]
 
@@ -966,17 +956,22 @@ class SlowTracker:
         return out
 
     def _waits_for(self, rank: int, slow: set[int]) -> bool:
-        """Whether `rank` computes clearly faster (by half `slow_impact`, as in
-        `_waiting_on_slower`) than a rank of `slow` in a collective comm they share, by the
-        latest evaluation's figures over each comm's horizon: it waits for that one there."""
-        for c, res in self.long.items():
+        """Whether `rank` waits for a rank of `slow` (`_slower_peers`), by the latest
+        evaluation's figures over each comm's horizon."""
+        return bool(self._slower_peers(rank, slow, self.long))
+
+    def _slower_peers(self, rank: int, cands, long: dict[str, dict[int, tuple]]) -> set[int]:
+        """The ranks of `cands` that compute clearly slower than `rank` (by half `slow_impact`,
+        the hysteresis margin) in a collective comm they share, by `long`'s figures: `rank`
+        waits for them inside that comm's calls."""
+        out: set[int] = set()
+        for c, res in long.items():
             ct = self.comms.get(c)
             if ct is None or ct.p2p or rank not in res:
                 continue
             mine = res[rank][1] * (1.0 + self.slow_impact / 2)
-            if any(q != rank and q in res and mine < res[q][1] for q in slow):
-                return True
-        return False
+            out.update(q for q in ct.ranks if q != rank and q in res and q in cands and mine < res[q][1])
+        return out
 
     def advisories(self, coords: dict[int, dict]) -> list[dict]:
         """Stages that compute `IMBALANCE` more than the other stages, from the start on."""
