@@ -54,6 +54,7 @@ NODE_JOIN_NS = 5_000_000_000  # a rank joins the incident of another rank of its
 HW_HOLD_NS = 10_000_000_000  # a hardware anomaly this old with no slowdown is a hw_fault
 STUCK_HW_NS = 30_000_000_000  # a stuck completion path while the job progresses: a hw_fault after this
 JOB_SILENT_NS = 60_000_000_000  # no message at all from a job this long (at most `state_idle_s`): it ended
+QUIET_JOB_PERIODS = 3  # no message at all from a job for this many heartbeat periods: its incidents are held
 UNFELT_SHARE = 3.0  # a rank newly found slow whose job lost under its impact / this since its onset, ...
 UNFELT_LOSS = 0.05  # ... and under this, is not named (`_unfelt`)
 ECHO_CLAIM_SHARE = 0.5  # phases under this share of the excess the collectives claim: an echo (`_echoes`)
@@ -230,8 +231,19 @@ class JobStage:
                 js.last_fresh_eval = now_ns
             self._slow(js, now_ns, out, periodic)
             self._hw(js, now_ns, out)
-        out.extend(js.book.expire(now_ns))
+        if now_ns - js.last_msg_ns < self._quiet_job_ns():
+            out.extend(js.book.expire(now_ns))
+        # else the job sends nothing (its agents, or the pipeline from them, went quiet): what
+        # is open is not seen, nor is it gone; it stays open till data comes again, or the
+        # job ends for want of it (`_ended`: resolved 'no_data', saying so)
         return out
+
+    def _quiet_job_ns(self) -> float:
+        """No message at all from a job this long (a few heartbeats): it is quiet, and its open
+        incidents do not clear for not being seen (generator B's hung FSDP job, its capture
+        over while two other jobs ran on: its P0 resolved 'not seen for 10 s', as if the hang
+        had ended by itself)."""
+        return QUIET_JOB_PERIODS * self.settings.heartbeat_period_s * 1e9
 
     @staticmethod
     def due_ns(js: JobState) -> int:

@@ -43,3 +43,29 @@ def test_a_job_replayed_alone_gets_what_it_got_among_others(settings, tmp_path, 
     among = [e for e in together if e[0] == job and e[-1] <= mine[-1].ts_ns]
     assert [e[1:5] for e in among if e[3] == "open"] == [("hang", "P0", "open", (10,))]
     assert (alone == among) is not drill
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_hung_job_gone_quiet_among_others_ends_for_want_of_data_not_cleared(settings, tmp_path, monkeypatch, drill):
+    """Generator B's FSDP job whose rank 10 hangs, drawn with SEED 9 beside an MoE job whose
+    clocks run 60 s ahead: the FSDP job's messages end at 70 s (its heartbeats ran to
+    then), the other's a minute later. Its P0 resolved 'cleared', 'not seen for 10 s', as if
+    the hang had ended by itself; the job had only gone quiet. Now it stays open till the job
+    ends for want of data, and says so. Drill: a quiet job's incidents expire as before."""
+    from commwatch.streams.detect import job_stage
+
+    if drill:
+        monkeypatch.setattr(job_stage, "QUIET_JOB_PERIODS", float("inf"))
+    cap = tmp_path / "multi_hang_shifted_other.cwcap"
+    subprocess.run([sys.executable, str(GEN_B), "multi_hang_shifted_other", str(cap)], check=True,
+                   capture_output=True, env={**os.environ, "SEED": "9"})
+    msgs = read_sorted(cap)
+    det = Detector(settings)
+    events = det.feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes)) + det.finish()
+    last = max(m.ts_ns for m in msgs if m.key.split("/")[0] == "mA-fsdp")
+    hang = [e for e in events if e["job"] == "mA-fsdp" and e["kind"] == "hang"]
+    assert [(e["status"], e["culprit_ranks"]) for e in hang] == [("open", [10]), ("resolved", [10])]
+    assert hang[0]["ts_ns"] < last
+    reason = hang[1]["evidence"]["resolved_reason"]
+    assert reason == ("cleared" if drill else "no_data")
+    assert (hang[1]["ts_ns"] - last >= 60 * 10**9) is not drill
