@@ -552,9 +552,8 @@ class SlowTracker:
                 ct.spread = max(float(np.median(d)) if len(d) >= NOISE_OWN else 0.0,
                                 _spread(lv) if lv is not None and len(lv) >= NOISE_OWN else 0.0)
             v = max(v, ct.spread)
-            if pooled.get(ct.kind(), 0) < NOISE_MEMBERS:
-                ct.peak = (v, now_ns)  # a few members: one rank's onset moves them all, and passes
-            elif v >= ct.peak[0] or now_ns - ct.peak[1] >= NOISE_HOLD_NS:
+            # held where many members pool it (with a few, one rank's onset moves them all, and passes)
+            if pooled.get(ct.kind(), 0) < NOISE_MEMBERS or v >= ct.peak[0] or now_ns - ct.peak[1] >= NOISE_HOLD_NS:
                 ct.peak = (v, now_ns)
             out[c] = max(v, ct.peak[0])
         return out
