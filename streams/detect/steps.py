@@ -43,6 +43,7 @@ UNIFORM = 1.15  # phases stretched alike (largest ratio over smallest at most th
 ALIKE_MIN_SHARE = 0.02  # ... counting phases down to this share of the step (a short forward too)
 ALIKE_RATIO = 1.4  # ... each at least this much: one iteration decides ...
 ALIKE_QUIET = 1.2  # ... or this much in a quiet job (its noise at most `QUIET`)
+OWN_SHARE = 0.5  # ... and a rank told from its TP group by its `LOCAL_PHASE` alone, that stretched this share of theirs at least
 QUIET = 0.02
 WHOLE_ALIKE = 0.5  # a TP group is slow as a whole when its least slow member's local excess is this share of the most's
 LONG_EXCESS_MS = 5000.0  # a phase this much longer than its peers' (and FAST_RATIO x) decides in one iteration
@@ -168,7 +169,7 @@ class StepTracker:
         return _moves(self.spread)
 
     @staticmethod
-    def _conclusive(stretched: list[float], grouped: bool, noise: float | None) -> bool:
+    def _conclusive(stretched: list[float], grouped: bool, noise: float | None, own: float | None = None) -> bool:
         """One iteration decides: a slower device stretches every phase by one factor, a pause
         adds its time to the phase it falls in; every phase stretched alike (each >=
         `ALIKE_RATIO`, or `ALIKE_QUIET` where the job's phases stray `QUIET` at most: there
@@ -183,7 +184,8 @@ class StepTracker:
         missed in every draw of its 150 s capture: the second ended after it.)"""
         least = ALIKE_QUIET if noise is not None and noise <= QUIET else ALIKE_RATIO
         return (len(stretched) == len(PHASES) and min(stretched) >= least
-                and max(stretched) <= UNIFORM * min(stretched) and not grouped)
+                and max(stretched) <= UNIFORM * min(stretched) and not grouped
+                and (own is None or own - 1.0 >= OWN_SHARE * (min(stretched) - 1.0)))
 
     @staticmethod
     def _local_ratios(got: dict, members: list[int]) -> dict[int, float]:
@@ -213,6 +215,7 @@ class StepTracker:
         stretched: dict[int, list[float]] = {}  # per rank, its ratio in each phase (>= ALIKE_MIN_SHARE)
         groups_of: dict[int, tuple] = {}  # ranks of a tensor-parallel group slow as a whole
         waiting: set[int] = set()  # ranks whose slower phase is a wait on their group's slow member
+        picked: dict[int, float] = {}  # a rank told from its slower TP group by its `LOCAL_PHASE` ratio alone
         spread: dict[tuple[int, str], float] = {}
         for phase in PHASES:
             vals = {r: p[phase] for r, (_, p, _) in got.items() if p and p.get(phase, 0) > 0}
@@ -281,6 +284,8 @@ class StepTracker:
                         if len(apart[g]) != 1 or r != apart[g][0]:
                             ratios.pop(r, None)
                             waiting.add(r)
+                        else:
+                            picked[r] = local[r]
                 for r, (ratio, ref) in ratios.items():
                     if ratio > self.ratio.get(r, 0.0):
                         self.ratio[r] = ratio
@@ -300,7 +305,8 @@ class StepTracker:
             mine = got[r][1][phase]
             long_excess = ratio >= FAST_RATIO and mine - ref >= LONG_EXCESS_MS and r not in groups_of
             onset = m.update(ratio, self.last_end_ns, self.last_end_ns, held=r in open_ranks,
-                             conclusive=self._conclusive(stretched.get(r, ()), r in groups_of, noise) or long_excess,
+                             conclusive=self._conclusive(stretched.get(r, ()), r in groups_of, noise, picked.get(r))
+                             or long_excess,
                              noise=noise)
             if onset is None or not self._warmed():  # the first iterations seen (a job resumed
                 # from a checkpoint starts at its iteration, and warms up all the same)

@@ -417,3 +417,25 @@ def test_a_quiet_job_decides_on_phases_stretched_alike_by_a_fifth(monkeypatch, d
                                             "backward_ms": 500.0})
     assert it > 6 and named == {5}
 
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_tp_group_waiting_on_another_stage_is_not_named_by_one_members_local_jitter(settings, gen_d, monkeypatch,
+                                                                                     drill):
+    """Generator D's job (TP 4, PP 4, DP 2, host-enqueue) drawn with 7: rank 9 1.5x from 10 s,
+    then rank 26 (stage 2) from 45 s. The first stage's TP group of rank 26's pipeline (16-19)
+    waits for it: every member 1.23x in forward and 1.27x in backward, alike. In iteration 54
+    rank 17's optimizer step (computed apart from its TP peers) took 33 ms against its peers'
+    30: 1.10x, the only member apart, so it was taken for the group's slow member, and the
+    phases stretched alike made that one iteration conclusive: named P3 at 62 s. A slower
+    device stretches what it computes apart too; a 1.10x local step under 1.23x phases is
+    jitter. Drill: the local step not weighed against the phases (`OWN_SHARE` 0)."""
+    if drill:
+        monkeypatch.setattr(steps, "OWN_SHARE", 0.0)
+    cap, truth = gen_d("t04_two_in_turn", seed=7)
+    msgs = read_sorted(cap)
+    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    named = {r for e in events if e["kind"] == "slow_rank" and e["status"] in ("open", "update")
+             for r in e["culprit_ranks"]}
+    assert named >= {9, 26} and truth["culprits"] == [9, 26]
+    assert (17 in named) is drill and named - {9, 17, 26} == set()

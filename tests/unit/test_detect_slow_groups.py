@@ -112,7 +112,7 @@ def test_a_tp_peer_whose_own_compute_looks_slower_by_chance_is_not_named(setting
         monkeypatch.setattr(steps, "WHOLE_ALIKE", 0.0)
         conclusive = steps.StepTracker._conclusive
         monkeypatch.setattr(steps.StepTracker, "_conclusive",
-                            staticmethod(lambda xs, grouped, noise: conclusive(xs, False, noise)))
+                            staticmethod(lambda xs, grouped, noise, own=None: conclusive(xs, False, noise)))
     cfg = jm.JobConfig(job="jt", tp=2, pp=2, dp=4, duration_s=50.0, seed=1127, jitter=0.15,
                        faults=(jm.SlowGpu(6, 1.5, 15.0),))
     opened, _ = _incidents(settings, cfg)
