@@ -86,15 +86,13 @@ def gen_c(tmp_path_factory):
     return capture
 
 
-@pytest.fixture(scope="session")
-def gen_d(tmp_path_factory):
-    """A capture of the fourth independent generator (`tests/independent/ops`) and its truth:
-    its scenario by full name, drawn with a base seed (its default 1), generated once per
-    session."""
-    gen = Path(__file__).resolve().parent / "independent" / "ops" / "gen.py"
-    folder = tmp_path_factory.mktemp("gen_d")
+def _scenario_truth(tmp_path_factory, name: str, default_seed: int):
+    """A generator of `tests/independent/NAME` that writes `--out DIR --seed N SCENARIO` and a
+    truth beside each capture: its scenario by full name, generated once per session."""
+    gen = Path(__file__).resolve().parent / "independent" / name / "gen.py"
+    folder = tmp_path_factory.mktemp(f"gen_{name}")
 
-    def capture(scenario: str, seed: int = 1) -> tuple[Path, dict]:
+    def capture(scenario: str, seed: int = default_seed) -> tuple[Path, dict]:
         out = folder / str(seed)
         cap = out / f"{scenario}.cwcap"
         if not cap.exists():
@@ -103,6 +101,20 @@ def gen_d(tmp_path_factory):
         return cap, json.loads((out / f"{scenario}.truth.json").read_text())
 
     return capture
+
+
+@pytest.fixture(scope="session")
+def gen_d(tmp_path_factory):
+    """A capture of the fourth independent generator (`tests/independent/ops`) and its truth
+    (its default base seed 1)."""
+    return _scenario_truth(tmp_path_factory, "ops", 1)
+
+
+@pytest.fixture(scope="session")
+def gen_e(tmp_path_factory):
+    """A capture of the fifth independent generator (`tests/independent/fleet`) and its truth
+    (its default base seed 1)."""
+    return _scenario_truth(tmp_path_factory, "fleet", 1)
 
 
 @pytest.fixture(scope="session")

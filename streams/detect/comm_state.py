@@ -139,6 +139,7 @@ class CommState:
         self.frontier = -1  # next seq to make ready; -1 until the first collective
         self.win_start = -1
         self.prev_win_anchor = -1.0  # corrected completion time closing the previous window
+        self.gap_typical = 0.0  # typical compute gap (ns) of the last window of `TYPICAL_ROWS` instances or more
         self.win_anchor = 0  # raw first entry of the previous window's last instance
         self.max_seq = -1
         self.dropped: Counter = Counter()

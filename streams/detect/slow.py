@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -583,9 +583,10 @@ class SlowTracker:
         # healthy past they grow later, and judged there its evidence would restart
         finest: dict[int, tuple[str, tuple]] = {}
         score: dict[int, tuple[bool, float]] = {}
+        blind_p2p = self._tp_compared(long, coords)
         for c, res in long.items():
             for r, v in res.items():
-                if r in unknown:
+                if r in unknown or (r, c) in blind_p2p:
                     continue
                 low = self.low_busy[(r, c)] = min(self.low_busy.get((r, c), np.inf), v[1])
                 if r not in finest or (v[2] < MIN_BUSY_MS, low) < score[r]:
@@ -654,6 +655,35 @@ class SlowTracker:
                 self.models[r].due = 0
         self.due_ns = min((m.due for m in self.models.values() if m.due), default=0)
         return dominant(out, open_ranks)
+
+    def _tp_compared(self, long: dict[str, dict[int, tuple]], coords: dict[int, dict]) -> set[tuple[int, str]]:
+        """(rank, pipeline comm) where half or more of the ranks its intervals are compared with
+        there (the same stage of the other pipelines, `_comm_ratios`) are its tensor-parallel
+        peers (the same coordinates but `tp`: a job without data parallelism): they wait for it
+        inside their TP calls, which fall between their pipeline calls, so there it computes
+        like them whatever it does. It is judged in another comm. Generator E's TP 8 x PP 4 job
+        (no DP) drawn with 1: rank 29, 1.3x from 20 s, 1.15x between its TP calls, was judged
+        in its pipeline comm (the shortest intervals), 1.06x there, and never named."""
+        groups: dict[tuple, list[tuple[int, str]]] = {}
+        for c, res in long.items():
+            ct = self.comms.get(c)
+            if ct is None or not ct.p2p or not ct.crank:
+                continue
+            for i, r in enumerate(ct.ranks):
+                if i < len(ct.crank) and r in res:
+                    groups.setdefault((len(ct.ranks), ct.crank[i]), []).append((r, c))
+        out: set[tuple[int, str]] = set()
+        for members in groups.values():
+            if len(members) < 2:
+                continue
+            where = Counter(tuple(sorted((k, v) for k, v in coords[r].items() if k != "tp")) if r in coords else None
+                            for r, _ in members)
+            for r, c in members:
+                if r in coords:
+                    mine = tuple(sorted((k, v) for k, v in coords[r].items() if k != "tp"))
+                    if 2 * (where[mine] - 1) >= len(members) - 1:
+                        out.add((r, c))
+        return out
 
     @staticmethod
     def _measured(ct: CommTiming, rank: int, share: float) -> float:
@@ -921,7 +951,7 @@ class SlowTracker:
         between them). Random stalls of many ranks (garbage collections, each rank at its own
         moments: some rank stalls three times in a minute by chance), or a pause of every rank
         at once, name nobody. Nor does a rank that waits for a slow one (`slow`: found or named
-        by its compute) inside the calls of a collective comm they share (`_waits_for`): each
+        by its compute) inside the calls of a collective comm they share (`waits_for`): each
         iteration its gaps in its other comms hold that wait, a stall in their figures, while
         it was inside a call all along (generator C's 256-rank job drawn with 21000: rank
         133 1.5x; its tensor-parallel peer 128, late at every data-parallel reduction by its
@@ -957,7 +987,7 @@ class SlowTracker:
         out: dict[int, dict] = {}
         for r, counts in counted.items():
             if min(counts.values()) < STALL_REPEAT or any(
-                    q != r and min(n.values()) > 1 for q, n in counted.items()) or self._waits_for(r, slow):
+                    q != r and min(n.values()) > 1 for q, n in counted.items()) or self.waits_for(r, slow):
                 continue
             best = max(counts, key=lambda c: (counts[c], c))
             events = recent[(r, best)]
@@ -971,7 +1001,7 @@ class SlowTracker:
                       "stall_ms": round(mean_ms, 1), "every_s": round(period / 1e9, 2)}
         return out
 
-    def _waits_for(self, rank: int, slow: set[int]) -> bool:
+    def waits_for(self, rank: int, slow: set[int]) -> bool:
         """Whether `rank` waits for a rank of `slow` (`_slower_peers`), by the latest
         evaluation's figures over each comm's horizon."""
         return bool(self._slower_peers(rank, slow, self.long))

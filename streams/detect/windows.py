@@ -40,6 +40,7 @@ OFFSET_STEP_NS = 50_000_000
 MIN_GAP_NS = 50_000  # shorter gaps between calls are not compute (back-to-back calls)
 MIN_GAPS = 1  # a member's busy figures need this many gaps in the window (stage 2 pools windows)
 OUTLIER = 3.0  # an instance whose gap is over this many times the typical one holds waits, not compute
+TYPICAL_ROWS = 4  # a window of fewer instances takes the typical gap of the comm's last window of more (`_busy_stats`)
 STEADY_RATIO = 1.25  # an instance's gap this much over the others' is slow (`busy_steady`) ...
 STEADY_MIN = 6  # ... counted over this many instances of the window at least (a share) ...
 ALL_SLOW_MIN = 2  # ... or, under that, clearly slow in every one of this many at least (1.0)
@@ -110,7 +111,7 @@ def window_report(state: CommState, a: int, b: int, now_ns: int) -> dict | None:
     return rep
 
 
-def _busy_stats(gaps: np.ndarray, valid: np.ndarray, span: float
+def _busy_stats(gaps: np.ndarray, valid: np.ndarray, span: float, comm: CommState | None = None
                 ) -> tuple[list, list[int], list[float], list, list, list, list]:
     """Per member (columns): the sum of its compute gaps (ms, None without any) and their
     count, leaving out the instances (rows) whose gap is over `OUTLIER` x the typical one, by
@@ -130,12 +131,22 @@ def _busy_stats(gaps: np.ndarray, valid: np.ndarray, span: float
     median of its counted gaps (ms, None without any): a slower device lengthens them all,
     waits in other comms that fall in some gaps (a stage waiting on its neighbour) do not
     move it. And the slowdown that began inside the window, if any (`_tail`), and its stalls
-    (`_stalls`)."""
+    (`_stalls`). A window of fewer than `TYPICAL_ROWS` instances cannot tell its typical
+    gap: it takes the comm's last one (`CommState.gap_typical`) where that is shorter
+    (generator E's TP 8 x PP 4 job drawn with 1: its TP comm's windows held seven instances
+    of an iteration, then one alone whose gap spans the iteration's end, the pipeline's
+    drain, 870 ms against 120 ms, alike for every member: its 1.3x rank's windows alternated
+    1.35x and 1.01x, and its streak never reached two)."""
     with np.errstate(invalid="ignore"):
         allg = np.where(valid, gaps, np.nan)
         row = nanmedian(allg, 1)
         typical = nanmedian(row, 0) if len(row) else np.nan
-        keep = valid & ((row <= OUTLIER * typical) & (valid.sum(axis=1) > MOST_VALID * valid.shape[1]))[:, None]
+        cut = typical
+        if comm is not None and len(row) >= TYPICAL_ROWS and np.isfinite(typical):
+            comm.gap_typical = float(typical)
+        elif comm is not None and len(row) < TYPICAL_ROWS and comm.gap_typical > 0:
+            cut = min(typical, comm.gap_typical)
+        keep = valid & ((row <= OUTLIER * cut) & (valid.sum(axis=1) > MOST_VALID * valid.shape[1]))[:, None]
     stall = _stalls(allg, row, typical)
     cnt = keep.sum(axis=0)
     sums = np.where(keep, gaps, 0.0).sum(axis=0)
@@ -257,7 +268,7 @@ def _collective_busy(state: CommState, a: int, b: int, span: float
             [None] * state.n
     r0, r1 = rows[:-1][pair], rows[1:][pair]
     gaps = (state.st[r1] - state.en[r0]).astype(np.float64)
-    return _busy_stats(gaps, gaps >= MIN_GAP_NS, span)
+    return _busy_stats(gaps, gaps >= MIN_GAP_NS, span, state)
 
 
 def p2p_reports(state: CommState, now_ns: int, width_ns: int, lag_ns: int) -> list[dict]:

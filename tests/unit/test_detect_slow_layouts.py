@@ -1,0 +1,47 @@
+"""Slow ranks in layouts the simulator does not draw, from the fifth independent generator
+(`tests/independent/fleet`): a pipeline without data parallelism, whose pipeline comms
+compare a rank with its own tensor-parallel peers, and an MoE job whose expert-parallel
+peers wait for a slow rank inside their phases."""
+
+import pytest
+
+from commwatch.streams.detect import job_stage, slow, windows
+from detect_jobs import slow_ranks_of
+
+
+@pytest.mark.parametrize("drill", [None, "tp_compared", "typical_rows"])
+def test_a_slow_rank_of_a_pipeline_without_data_parallelism_is_named(settings, gen_e, monkeypatch, drill):
+    """TP 8 x PP 4, no DP, GPU-timed: rank 29 (last stage) 1.3x from 20 s, 1.15x between its
+    TP calls. Two rules name it. Its pipeline comm compares it with the same stage of the
+    other pipelines, here its own TP peers, which wait for it inside their TP calls: judged
+    there (the shortest intervals) it was 1.06x. And its TP comm's windows alternated seven
+    instances of an iteration with one alone whose gap spans the iteration's end (the
+    pipeline's drain, alike for every member): 1.35x and 1.01x, its streak reset by each.
+    Drills: either rule alone off (`SlowTracker._tp_compared`, `windows.TYPICAL_ROWS`), it
+    is never named."""
+    if drill == "tp_compared":
+        monkeypatch.setattr(slow.SlowTracker, "_tp_compared", lambda *a: set())
+    elif drill == "typical_rows":
+        monkeypatch.setattr(windows, "TYPICAL_ROWS", 0)
+    cap, truth = gen_e("f07_last_stage_tp8")
+    assert truth["jobs"][0]["culprits"] == [29]
+    assert slow_ranks_of(settings, cap) == ([] if drill else [[29]])
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_expert_parallel_peers_waiting_on_a_slow_rank_in_their_phases_are_not_named(settings, gen_e, monkeypatch,
+                                                                                     drill):
+    """MoE (TP 2, DP 32, EP 8, GPU-timed): rank 37 1.5x from 20 s, named by the collectives
+    at once. Its seven expert-parallel peers wait for it inside their all-to-alls (forward
+    1.28x) and their expert data-parallel all-reduce (optimizer step): each alone slower in
+    its TP pair, they were named P3 by their phases as two slow nodes. Between the calls of
+    the comm they share with it they compute clearly faster than it: they wait for it.
+    Drill: the phases' verdicts not weighed against the comms' figures
+    (`JobStage._waiting_in_phases`)."""
+    if drill:
+        monkeypatch.setattr(job_stage.JobStage, "_waiting_in_phases", lambda *a: set())
+    cap, truth = gen_e("f04b_moe_persistent")
+    assert truth["jobs"][0]["culprits"] == [37]
+    named = slow_ranks_of(settings, cap)
+    assert named[0] == [37]
+    assert (named == [[37]]) is not drill
