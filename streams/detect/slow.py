@@ -249,6 +249,7 @@ class SlowTracker:
         self.due_ns = 0  # when time alone may conclude a rank hot over enough windows (0: none)
         self.stall_log: dict[tuple[int, str], deque] = {}  # (rank, comm) -> (window end, ms) of its windows with stalls
         self.long: dict[str, dict[int, tuple]] = {}  # the latest evaluation's figures over each comm's horizon
+        self.coords: dict[int, dict] = {}  # the job's ranks' coordinates, as the latest evaluation had them
     # --- inputs -----------------------------------------------------------------------
     def _timing(self, rep: dict, p2p: bool) -> CommTiming:
         ct = self.comms.get(rep["comm"])
@@ -564,6 +565,7 @@ class SlowTracker:
         self.fresh = False
         self.compute = self.compute_shares(now_ns, in_use, stale)
         long = self.long = self._comm_ratios(now_ns, stale, latest=False)
+        self.coords = coords
         short = self._comm_ratios(now_ns, stale, latest=True)
         unknown: set[int] = set()
         for comm, members in (in_use or {}).items():
@@ -1009,11 +1011,16 @@ class SlowTracker:
     def _slower_peers(self, rank: int, cands, long: dict[str, dict[int, tuple]]) -> set[int]:
         """The ranks of `cands` that compute clearly slower than `rank` (by half `slow_impact`,
         the hysteresis margin) in a collective comm they share, by `long`'s figures: `rank`
-        waits for them inside that comm's calls."""
+        waits for them inside that comm's calls. Only a comm whose members are of one pipeline
+        stage (by coordinates, where known): across stages they do different work between its
+        calls (generator E's TP 8 x PP 4 job without DP drawn with 2: its 1.3x last-stage rank
+        computed less between the job's grad-norm all-reduces than a third-stage rank found
+        1.12x, was taken to wait for it, and its incident resolved while it was as slow)."""
         out: set[int] = set()
         for c, res in long.items():
             ct = self.comms.get(c)
-            if ct is None or ct.p2p or rank not in res:
+            if ct is None or ct.p2p or rank not in res or len(
+                    {self.coords[q].get("pp", 0) for q in ct.ranks if q in self.coords}) > 1:
                 continue
             mine = res[rank][1] * (1.0 + self.slow_impact / 2)
             out.update(q for q in ct.ranks if q != rank and q in res and q in cands and mine < res[q][1])
