@@ -199,6 +199,7 @@ L16D = (1, 1, 16)
 L32 = (4, 2, 4)
 L64 = (2, 4, 8)
 L32T8 = (8, 2, 2)  # a tensor-parallel group per node
+L16N = (4, 4, 1)  # no data parallelism: the same stage of the other pipelines is a rank's TP peers
 
 
 def jobmodel_cases() -> list[Case]:
@@ -365,6 +366,11 @@ def jobmodel_cases() -> list[Case]:
     for lay, probe in ((L16, "gpu"), (L8P, "enqueue")):
         add(f"hang-after-checkpoint-{probe}", lay, probe=probe, duration_s=60.0, checkpoint_every=12,
             checkpoint_s=(20.0, 25.0), faults=lambda w, s: (jm.HostHang(pick(w, s), 42.0),))
+    # pipelines without data parallelism (added last: a case's seed is its place in this list)
+    add("slow1.3-last-stage-no-dp", L16N, duration_s=50.0, faults=lambda w, s: (jm.SlowGpu(15, 1.3, 15.0),))
+    add("slow1.3-first-stage-no-dp", L16N, probe="enqueue", duration_s=50.0,
+        faults=lambda w, s: (jm.SlowGpu(2, 1.3, 15.0),))
+    add("healthy-no-dp", L16N, control="healthy", duration_s=45.0)
     return out
 
 
