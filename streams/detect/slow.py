@@ -678,13 +678,11 @@ class SlowTracker:
         for members in groups.values():
             if len(members) < 2:
                 continue
-            where = Counter(tuple(sorted((k, v) for k, v in coords[r].items() if k != "tp")) if r in coords else None
-                            for r, _ in members)
-            for r, c in members:
-                if r in coords:
-                    mine = tuple(sorted((k, v) for k, v in coords[r].items() if k != "tp"))
-                    if 2 * (where[mine] - 1) >= len(members) - 1:
-                        out.add((r, c))
+            # a rank's coordinates but `tp`: alike for its TP peers
+            place = {r: tuple(sorted((k, v) for k, v in coords[r].items() if k != "tp")) for r, _ in members
+                     if r in coords}
+            where = Counter(place.values())
+            out.update((r, c) for r, c in members if r in place and 2 * (where[place[r]] - 1) >= len(members) - 1)
         return out
 
     @staticmethod
