@@ -371,6 +371,12 @@ def jobmodel_cases() -> list[Case]:
     add("slow1.3-first-stage-no-dp", L16N, probe="enqueue", duration_s=50.0,
         faults=lambda w, s: (jm.SlowGpu(2, 1.3, 15.0),))
     add("healthy-no-dp", L16N, control="healthy", duration_s=45.0)
+    # launch-bound hosts (CPU contention): the GPU idles between kernels, the peers wait
+    for mode, lay, factor in (("enqueue", L16, 1.5), ("enqueue", L32, 1.3), ("gpu", L16, 1.5), ("blocking", L8D, 1.4)):
+        add(f"slow-host{factor}-{mode}", lay, probe=mode, duration_s=50.0,
+            faults=lambda w, s, f=factor: (jm.SlowHost(pick(w, s), f, 15.0),))
+    add("healthy-gc-pauses-enqueue", (4, 2, 4), control="healthy", probe="enqueue", duration_s=60.0,
+        gc_pauses_per_s=0.03)
     return out
 
 

@@ -12,11 +12,11 @@ the detectors, to judge them: see README.md.
 """
 
 from commwatch.producers.jobmodel.faults import (AgentSilent, CommHang, Crash, GpuStuck, HostHang, HostPause,
-                                                  JobExit, SlowGpu, SlowLink, SlowNode, StuckCompletion)
+                                                  JobExit, SlowGpu, SlowHost, SlowLink, SlowNode, StuckCompletion)
 from commwatch.producers.jobmodel.layout import Layout
 from commwatch.producers.jobmodel.model import JobConfig, JobRun, merge, merge_received, records_of, run_job, write_capture
 from commwatch.producers.jobmodel.program import Workload
 
 __all__ = ["AgentSilent", "CommHang", "Crash", "GpuStuck", "HostHang", "HostPause", "JobConfig", "JobExit", "JobRun", "Layout",
-           "SlowGpu", "SlowLink", "SlowNode", "StuckCompletion", "Workload", "merge", "merge_received", "records_of",
+           "SlowGpu", "SlowHost", "SlowLink", "SlowNode", "StuckCompletion", "Workload", "merge", "merge_received", "records_of",
            "run_job", "write_capture"]

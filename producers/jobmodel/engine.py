@@ -16,7 +16,7 @@ Faults act here through a rank's `host_stop` (the host enqueues nothing at or af
 a hang, a crash, the end of the run), `gpu_stop` (the process is gone: nothing runs or
 completes on its GPU after it), `gpu_hang` (the first compute kernel started from then
 never ends; its host enqueues on until it waits for the GPU), `finish_after` (the loop ends at the next iteration
-boundary), slowness factors from a time on, host pauses,
+boundary), slowness factors from a time on, launch-bound hosts (`host_slow`), host pauses,
 communicators whose instances never complete from a time on (a transport hang), and slow
 links (transfers between two nodes take longer from a time on: `links`, counted in `slowed`).
 """
@@ -48,6 +48,7 @@ class RankPlan:
     prog: list[Op]
     factor: float = 1.0  # compute slowness of this rank from the start (unbalanced stage)
     slow: list[tuple[float, float]] = field(default_factory=list)  # (from, factor)
+    host_slow: list[tuple[float, float]] = field(default_factory=list)  # (from, host s per compute s): launch-bound
     pauses: list[tuple[float, float]] = field(default_factory=list)  # host pauses (at, seconds)
     checkpoints: dict[int, float] = field(default_factory=dict)  # iteration -> host seconds at its start
     host_stop: float = INF
@@ -178,7 +179,7 @@ class Engine:
                         rk.host_t = t
                         return moved
                     t = max(t, rk.passed[k])
-                t += LAUNCH_S + (HOST_SHARE * op.dur if op.code == COMPUTE else 0.0)
+                t += LAUNCH_S + (self._host_share(rk, t) * op.dur if op.code == COMPUTE else 0.0)
             if t >= plan.host_stop:
                 rk.host_stopped = True
                 return moved
@@ -187,6 +188,16 @@ class Engine:
             rk.host_i += 1
             moved = True
         return moved
+
+    @staticmethod
+    def _host_share(rk: Rank, t: float) -> float:
+        """Host seconds per device second of compute enqueued at `t`: `HOST_SHARE`, or a
+        launch-bound host's (`RankPlan.host_slow`)."""
+        share = HOST_SHARE
+        for at, f in rk.plan.host_slow:
+            if t >= at:
+                share = max(share, f)
+        return share
 
     # --- the GPU stream -----------------------------------------------------------------
     def _gpu(self, rk: Rank) -> bool:

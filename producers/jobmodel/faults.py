@@ -88,6 +88,18 @@ class SlowGpu:
 
 
 @dataclass(frozen=True)
+class SlowHost:
+    """From `at_s` the rank's host thread is launch-bound: it spends `factor` seconds of CPU per
+    second of GPU compute it enqueues (CPU contention, a noisy neighbour, Python overhead), so
+    its GPU idles between kernels and the rank runs about `factor` times slower; its peers wait
+    for it. Its GPU computes as fast as theirs."""
+
+    rank: int
+    factor: float
+    at_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class SlowNode:
     """Every GPU of node `node` (its index in the job) computes `factor` times slower from `at_s`
     (a node throttled as a whole: cooling, power capping, a bad host). Its ranks are the
@@ -129,5 +141,5 @@ class AgentSilent:
     at_s: float
 
 
-Fault = (HostHang | Crash | JobExit | StuckCompletion | GpuStuck | CommHang | SlowGpu | SlowNode | SlowLink | HostPause
+Fault = (HostHang | Crash | JobExit | StuckCompletion | GpuStuck | CommHang | SlowGpu | SlowHost | SlowNode | SlowLink | HostPause
          | AgentSilent)

@@ -194,6 +194,8 @@ def _plans(cfg: JobConfig, layout: Layout, rng: np.random.Generator) -> list[Ran
                 plan.gpu_hang = min(plan.gpu_hang, f.at_s)
             elif isinstance(f, F.SlowGpu):
                 plan.slow.append((f.at_s, f.factor))
+            elif isinstance(f, F.SlowHost):
+                plan.host_slow.append((f.at_s, f.factor))
             elif isinstance(f, F.HostPause):
                 plan.pauses.append((f.at_s, f.dur_s))
         plans.append(plan)
@@ -306,7 +308,7 @@ def truth(run: JobRun) -> list[dict]:
             onset = min((rv.last for rv in hung), default=f.at_s)
             out.append(entry("comm_hang", name, f.at_s, onset, g.members, comm=g.hex, expect=bool(hung) and onset < end,
                              comm_name=g.name))
-        elif isinstance(f, F.SlowGpu):
+        elif isinstance(f, (F.SlowGpu, F.SlowHost)):
             expect = f.factor >= F.SLOW_MIN_FACTOR and f.at_s + F.SLOW_MIN_S <= end
             out.append(entry("slow_rank", name, f.at_s, f.at_s, [f.rank], expect=expect, factor=f.factor))
         elif isinstance(f, F.SlowNode):

@@ -369,14 +369,19 @@ class CommState:
         # inside the call, not only queued: its device started it (GPU_TIMED: a device entry or
         # a completion) or the host blocked in it (neither GPU_TIMED nor ENQUEUED)
         real = ((flags & wire.FLAG_GPU_TIMED) != 0) | ((flags & wire.FLAG_ENQUEUED) == 0)
+        # a host-enqueue call whose completion its probe observed: when it saw it is kept (`en`, not
+        # a device time: `ok` stays false) for `windows.enqueue_gate`
+        ended = timed | (observed & ((flags & (wire.FLAG_ENQUEUED | wire.FLAG_GPU_TIMED | wire.FLAG_COMPLETION_LOST))
+                                     == wire.FLAG_ENQUEUED))
         if not n_p2p:
-            return self._apply_collectives(recs, slot, done, observed, timed, ts, real)
+            return self._apply_collectives(recs, slot, done, observed, timed, ts, real, ended)
         coll = ~p2p
         return self._apply_collectives(recs[coll], slot[coll], done[coll], observed[coll], timed[coll], ts[coll],
-                                       real[coll])
+                                       real[coll], ended[coll])
 
     def _apply_collectives(self, c: np.ndarray, slot: np.ndarray, done: np.ndarray, observed: np.ndarray,
-                           timed: np.ndarray, ts: np.ndarray, real: np.ndarray) -> list[tuple[int, int]]:
+                           timed: np.ndarray, ts: np.ndarray, real: np.ndarray, ended: np.ndarray
+                           ) -> list[tuple[int, int]]:
         seq = c["seq"].astype(np.int64)
         erow = seq % self.rows
         fresh = seq > self.etag[erow]
@@ -415,7 +420,7 @@ class CommState:
             return []
         # instance ring: completed records (the latest record of a call carries its real times)
         if not done.all():
-            c, slot, seq, timed = c[done], slot[done], seq[done], timed[done]
+            c, slot, seq, timed, ended = c[done], slot[done], seq[done], timed[done], ended[done]
         self.max_seq = max(self.max_seq, int(seq.max()))
         if self.frontier < 0:
             self.frontier = self.win_start = int(seq.min())
@@ -430,10 +435,10 @@ class CommState:
         valid = (self.tag[row] == seq) & (seq >= self.frontier)
         if not valid.all():
             self.dropped["instance_out_of_ring"] += int((~valid).sum())
-            row, slot, timed, c = row[valid], slot[valid], timed[valid], c[valid]
+            row, slot, timed, ended, c = row[valid], slot[valid], timed[valid], ended[valid], c[valid]
         t0, t1 = c["t_start_ns"].astype(np.int64), c["t_end_ns"].astype(np.int64)
         self.st[row, slot] = np.maximum(t0, 1)
-        self.en[row, slot] = np.where(timed, np.maximum(t1, 1), 1)  # non-zero: completed
+        self.en[row, slot] = np.where(ended, np.maximum(t1, 1), 1)  # non-zero: completed; 1: when unknown
         self.ok[row, slot] = timed & (t1 >= t0) & (t0 > 0)
         self.ops[row] = c["op"]
         self.bytes[row] = c["bytes"]

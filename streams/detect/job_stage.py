@@ -40,6 +40,7 @@ from commwatch import topics
 from commwatch.settings import Settings
 from commwatch.streams.detect import health, waits
 from commwatch.streams.detect.comm_stage import QUIET_NS
+from commwatch.streams.detect.host_gate import HostGate
 from commwatch.streams.detect.incidents import IncidentBook
 from commwatch.streams.detect.slow import SlowTracker
 from commwatch.streams.detect.steps import LOCAL_LOSS, StepTracker
@@ -72,6 +73,7 @@ class JobState:
     book: IncidentBook
     slow: SlowTracker
     steps: StepTracker
+    gate: HostGate = field(default_factory=HostGate)
     node_of: dict[int, str] = field(default_factory=dict)
     coords: dict[int, dict] = field(default_factory=dict)
     world_size: int = 0
@@ -134,6 +136,7 @@ class JobStage:
             self._touch(js, now_ns)
         if t == "window":
             js.slow.window(rep)
+            js.gate.window(rep)
         elif t == "p2p_window":
             js.slow.p2p_window(rep)
         elif t == "wait":
@@ -853,11 +856,14 @@ class JobStage:
         for r, ev in phased.items():
             if r in found:
                 found[r]["phases"] = ev
-            elif r not in waited:
+            elif r not in waited and not js.gate.waits_for(r, now_ns):
                 found[r] = ev
         for r, ev in js.slow.stalls(now_ns, held | found.keys()).items():
             found.setdefault(r, ev)  # a rank found slow otherwise is that; one that stalls again and again, this
         loss = js.steps.slowdown()
+        for r, ev in js.gate.evaluate(now_ns).items():  # host-enqueue: the host the job's calls wait for
+            cost = round(max(0.0, loss or 0.0), 4)
+            found.setdefault(r, {**ev, "impact": cost, "slowdown": cost, "ratio": round(1.0 + cost, 3)})
         if not found and loss is not None and loss >= LOCAL_LOSS:
             # the job slower than its baseline and nothing else explains it: a rank alone slower
             # in the phase it computes apart does; it costs the job what the job lost
@@ -887,7 +893,13 @@ class JobStage:
                 else "computing between calls"
             nodes = self.nodes_of(js, ranks)
             pct = max(0.0, ev["slowdown"]) * 100  # a resolving incident's figure may dip under its peers'
-            if ev.get("signal") == "stalls":
+            if ev.get("signal") == "host":
+                who = (f"rank{'s' if len(ranks) > 1 else ''} {_span(ranks)}: {'its' if len(ranks) == 1 else 'their'} "
+                       f"host is the bottleneck: the calls complete {ev['turn_ms']:.0f} ms after "
+                       f"{'it enqueues' if len(ranks) == 1 else 'they enqueue'} them, {ev['peers_turn_ms']:.0f} ms "
+                       f"after the peers do (CPU contention? a launch-bound host)")
+                where = "host-enqueue probe"
+            elif ev.get("signal") == "stalls":
                 who = (f"rank{'s' if len(ranks) > 1 else ''} {_span(ranks)} stall{'' if len(ranks) > 1 else 's'} outside "
                        f"every call, {ev['stall_ms'] / 1e3:.2f} s at a time, every ~{ev['every_s']:.1f} s "
                        f"({ev['stalls']} times lately: a data loader or host hiccup?)")

@@ -1,0 +1,89 @@
+"""Slow hosts under host-enqueue probes: the rank whose enqueue the job's calls wait for.
+
+A host-enqueue probe (ENQUEUED records: the hook on NCCL without CUDA events, the plugin
+without GPU timing) gives no device time, so nothing here can see a GPU computing slower.
+It does see a host that cannot keep up: each window of a collective comm says, per member,
+the share of instances it *gated* (`windows.enqueue_gate`: the call completed at once after
+its host enqueued it, while every other member had enqueued it long before). Hosts run
+ahead of their GPUs, so in a healthy job nobody gates; a launch-bound host (CPU contention,
+a noisy neighbour) gates every call of every comm it is in, and its peers' GPUs idle.
+
+A rank is found when, in one of its comms, it gated at least `GATE_SHARE` of the instances
+of every window for `GATE_HOLD_NS` of event time (two windows at least, `GATE_MIN_INSTANCES`
+instances in all): a host pause (a garbage collection) gates the few calls after it, not
+seconds of them. Its peers in those comms wait for it (`waits_for`): the iteration phases
+they report, which hold those waits, name none of them. What it costs the job is the job's
+own step-time loss (`StepTracker.slowdown`), filled in by stage 2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GATE_SHARE = 0.6  # a window's instances a rank gated, at least, to count
+GATE_HOLD_NS = 2_000_000_000  # gating windows in a row must span this much event time
+GATE_MIN_INSTANCES = 4  # ... and hold this many instances in all
+GATE_STALE_NS = 5_000_000_000  # a comm with no gating window this long counts no more
+
+
+@dataclass
+class _Streak:
+    rank: int = -1  # the member that gated every window of the run (-1: none)
+    since_ns: int = 0  # the first window's end
+    last_ns: int = 0  # the latest window's end
+    windows: int = 0
+    instances: int = 0
+    turn_ms: float = 0.0  # its latest median enqueue-to-completion
+    peers_turn_ms: float = 0.0  # the other members' (median)
+    members: list[int] = field(default_factory=list)
+
+
+class HostGate:
+    """Per job: gating runs per collective comm (`window`), slow hosts found (`evaluate`)."""
+
+    def __init__(self) -> None:
+        self.streaks: dict[str, _Streak] = {}
+
+    def window(self, rep: dict) -> None:
+        """A collective window report; only host-enqueue ones carry `gate`."""
+        gate = rep.get("gate")
+        if not gate:
+            self.streaks.pop(rep["comm"], None)
+            return
+        st = self.streaks.setdefault(rep["comm"], _Streak())
+        ranks, ts = rep["ranks"], int(rep["ts_ns"])
+        top = max(range(len(gate)), key=gate.__getitem__)
+        if gate[top] < GATE_SHARE or ranks[top] < 0:
+            st.rank, st.windows, st.instances = -1, 0, 0
+            st.last_ns = ts
+            return
+        if st.rank != ranks[top]:
+            st.rank, st.since_ns, st.windows, st.instances = ranks[top], ts, 0, 0
+        st.windows += 1
+        st.instances += int(rep.get("gate_n", 0))
+        st.last_ns = ts
+        turns = rep.get("turn_ms") or []
+        if len(turns) == len(ranks):
+            others = sorted(t for i, t in enumerate(turns) if i != top)
+            st.turn_ms = float(turns[top])
+            st.peers_turn_ms = float(others[len(others) // 2]) if others else 0.0
+        st.members = list(ranks)
+
+    def _held(self, now_ns: int) -> dict[str, _Streak]:
+        return {c: st for c, st in self.streaks.items()
+                if st.rank >= 0 and st.windows >= 2 and st.instances >= GATE_MIN_INSTANCES
+                and st.last_ns - st.since_ns >= GATE_HOLD_NS and now_ns - st.last_ns <= GATE_STALE_NS}
+
+    def evaluate(self, now_ns: int) -> dict[int, dict]:
+        """Ranks found gating now -> evidence (stage 2 sets `impact` and `slowdown`)."""
+        out: dict[int, dict] = {}
+        for c, st in sorted(self._held(now_ns).items(), key=lambda x: -x[1].instances):
+            if st.rank not in out:
+                out[st.rank] = {"signal": "host", "comm": c, "onset_ns": st.since_ns, "ratio": 1.0, "slowdown": 0.0,
+                                "impact": 0.0, "turn_ms": round(st.turn_ms, 1),
+                                "peers_turn_ms": round(st.peers_turn_ms, 1), "gated_windows": st.windows}
+        return out
+
+    def waits_for(self, rank: int, now_ns: int) -> bool:
+        """Whether `rank` shares a comm whose calls wait for another member's host now."""
+        return any(st.rank != rank and rank in st.members for st in self._held(now_ns).values())

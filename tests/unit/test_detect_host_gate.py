@@ -1,0 +1,110 @@
+"""A launch-bound host under a host-enqueue probe: the rank whose enqueue the job's calls wait for.
+
+Host-enqueue records carry no device time, so a slow GPU is invisible in them; a host that
+cannot keep up is not: its calls complete at once after it enqueues them, while its peers,
+whose hosts run ahead, enqueued them long before (`windows.enqueue_gate`, `host_gate.py`).
+Two independent models of a launch-bound host: the job model's (`jm.SlowHost`, written for
+this rule) and the fifth generator's noisy CPU neighbour (written before it, apart).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from commwatch.producers import jobmodel as jm
+from commwatch.streams import bench_scenarios as bs
+from commwatch.streams.bench_detect import feed
+from commwatch.streams.detect import host_gate, windows
+from commwatch.streams.detect.comm_state import CommState
+from detect_jobs import slow_ranks_of
+
+S = 1_000_000_000
+
+
+def _slow_host(probe: str, factor: float = 1.5) -> jm.JobConfig:
+    return jm.JobConfig(job="gate", tp=2, pp=2, dp=4, probe=probe, duration_s=45.0, seed=5,
+                        faults=(jm.SlowHost(rank=5, factor=factor, at_s=15.0),) if factor else ())
+
+
+def _opened(settings, cfg: jm.JobConfig) -> tuple[list[dict], jm.JobRun]:
+    run = jm.run_job(cfg)
+    events, refused = feed(bs._built([run], [""], 0.0), settings)
+    assert refused == 0
+    return [e for e in events if e["status"] == "open" and e["severity"] in ("P0", "P1", "P2", "P3")], run
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_launch_bound_host_under_host_enqueue_is_named(settings, monkeypatch, drill):
+    """Job model, TP 2 x PP 2 x DP 4, host-enqueue: rank 5's host spends 1.5 s per second of
+    compute it enqueues from 15 s (the job's steps 23 % longer). Its calls complete ~80 ms
+    after it enqueues them (the probe's 80 ms poll), 500-1000 ms after its peers do. Named
+    alone within 5 s, its summary saying so. Drill: no window counts as gated
+    (`host_gate.GATE_SHARE` above 1): only the job's slowdown is reported, with no culprit."""
+    if drill:
+        monkeypatch.setattr(host_gate, "GATE_SHARE", 1.01)
+    opened, run = _opened(settings, _slow_host("enqueue"))
+    named = [e["culprit_ranks"] for e in opened if e["kind"] == "slow_rank" and e["culprit_ranks"]]
+    if drill:
+        assert named == []
+        return
+    assert named == [[5]]
+    first = next(e for e in opened if e["culprit_ranks"] == [5])
+    assert first["ts_ns"] - run.truth[0]["onset_ns"] <= 5 * S  # 4.3 s
+    assert first["evidence"]["signal"] == "host" and "host is the bottleneck" in first["summary"]
+    assert first["evidence"]["turn_ms"] < 0.25 * first["evidence"]["peers_turn_ms"]
+
+
+def test_a_healthy_host_enqueue_job_gates_nothing(settings):
+    """The same job without the fault: no window of any comm has a member gating a call."""
+    opened, _ = _opened(settings, _slow_host("enqueue", factor=0))
+    assert opened == []
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_generator_e_noisy_cpu_neighbour_is_named(settings, gen_e, monkeypatch, drill):
+    """Generator E (TP 4 x PP 2 x DP 4, host-enqueue, 10 ms completion poll): rank 13's host
+    launch-bound from 25 s (~1.35x). Nothing named it before this rule (its TP group's phases
+    hold its waits). Drill: the windows report no gating (`windows.GATE_RATIO` 0)."""
+    if drill:
+        monkeypatch.setattr(windows, "GATE_RATIO", 0.0)
+    cap, truth = gen_e("f02b_cpu_contention_rank")
+    assert truth["jobs"][0]["culprits"] == [13]
+    assert slow_ranks_of(settings, cap) == ([] if drill else [[13]])
+
+
+def test_a_host_pause_gates_a_few_calls_not_seconds_of_them():
+    """A host pause (a garbage collection) gates the calls right after it; a run of gating
+    windows must span `GATE_HOLD_NS` with two windows at least."""
+    gate = host_gate.HostGate()
+
+    def win(t_s: float, share: float, n: int = 8) -> None:
+        gate.window({"comm": "c1", "ts_ns": int(t_s * S), "ranks": [0, 1, 2, 3], "gate": [0.0, share, 0.0, 0.0],
+                     "gate_n": n, "turn_ms": [400.0, 5.0, 390.0, 410.0]})
+
+    win(10.0, 0.0)
+    win(11.0, 1.0)
+    assert gate.evaluate(11 * S) == {}
+    win(12.0, 0.2)  # the pause is over
+    win(13.0, 0.9)
+    win(14.0, 0.8)
+    assert gate.evaluate(14 * S) == {}  # 1 s of gating windows
+    win(15.0, 1.0)
+    found = gate.evaluate(15 * S)
+    assert list(found) == [1] and found[1]["onset_ns"] == 13 * S and found[1]["peers_turn_ms"] == 400.0
+    assert gate.waits_for(0, 15 * S) and not gate.waits_for(1, 15 * S)
+    assert gate.evaluate(21 * S) == {}  # no gating window for 6 s: stale
+
+
+def test_the_gate_compares_each_member_with_the_others_on_its_own_clock():
+    """Enqueue and observed completion are both on the member's node clock: a node clock
+    1 s off changes nothing. Completions whose probe gave up (COMPLETION_LOST) or that carry
+    device times (GPU_TIMED) are not turns."""
+    st = CommState("j", 1, 64)
+    st.n = 3
+    st.st = np.array([[1_000, 1_000 + S, 2_000], [5_000, 5_000 + S, 6_000]], np.int64) + 10 * S
+    st.en = st.st + np.array([[400e6, 5e6, 380e6], [420e6, 6e6, 410e6]]).astype(np.int64)
+    rep = windows.enqueue_gate(st, np.array([0, 1]))
+    assert rep["gate"] == [0.0, 1.0, 0.0] and rep["gate_n"] == 2
+    st.en[1, 2] = 1  # one member's completion not observed: that instance does not count
+    assert windows.enqueue_gate(st, np.array([0, 1]))["gate_n"] == 1
