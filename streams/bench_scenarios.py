@@ -375,8 +375,6 @@ def jobmodel_cases() -> list[Case]:
     for mode, lay, factor in (("enqueue", L16, 1.5), ("enqueue", L32, 1.3), ("gpu", L16, 1.5), ("blocking", L8D, 1.4)):
         add(f"slow-host{factor}-{mode}", lay, probe=mode, duration_s=50.0,
             faults=lambda w, s, f=factor: (jm.SlowHost(pick(w, s), f, 15.0),))
-    add("healthy-gc-pauses-enqueue", (4, 2, 4), control="healthy", probe="enqueue", duration_s=60.0,
-        gc_pauses_per_s=0.03)
     return out
 
 

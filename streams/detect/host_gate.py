@@ -11,7 +11,7 @@ a noisy neighbour) gates every call of every comm it is in, and its peers' GPUs 
 A rank is found when, in one of its comms, it gated at least `GATE_SHARE` of the instances
 of every window for `GATE_HOLD_NS` of event time (two windows at least, `GATE_MIN_INSTANCES`
 instances in all): a host pause (a garbage collection) gates the few calls after it, not
-seconds of them. Its peers in those comms wait for it (`waits_for`): the iteration phases
+a second of them. Its peers in those comms wait for it (`waits_for`): the iteration phases
 they report, which hold those waits, name none of them. What it costs the job is the job's
 own step-time loss (`StepTracker.slowdown`), filled in by stage 2.
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 GATE_SHARE = 0.6  # a window's instances a rank gated, at least, to count
-GATE_HOLD_NS = 2_000_000_000  # gating windows in a row must span this much event time
+GATE_HOLD_NS = 1_000_000_000  # gating windows in a row must span this much event time
 GATE_MIN_INSTANCES = 4  # ... and hold this many instances in all
 GATE_STALE_NS = 5_000_000_000  # a comm with no gating window this long counts no more
 

@@ -768,7 +768,9 @@ class JobStage:
         the next stage's tensor-parallel pair (phases 1.0x) named 11.5 s later as a slow node,
         2x between its TP calls, where its recvs from the culprit's stage sit in an interleaved
         schedule. Where the phases name nobody (an FSDP job: every rank waits on the culprit
-        inside its phases alike), nothing is taken back."""
+        inside its phases alike), nothing is taken back; nor is a rank slow itself
+        (`SlowTracker._slow_itself`: its phases hold its waits for a slower peer of its
+        group, which is slow too)."""
         named = self._slow_open(js)
         culprits = named | {r for r, ev in phased.items() if ev.get("ratio", 0.0) >= 1 + js.slow.slow_impact}
         if not culprits or now_ns - js.steps.last_end_ns > 3 * self.median_step_ns(js):
@@ -777,7 +779,8 @@ class JobStage:
         out = []
         for r, ev in found.items():
             bound = 1 + max(half, ECHO_CLAIM_SHARE * (ev.get("ratio", 1.0) - 1))
-            if ev.get("signal") == "collectives" and r not in culprits and js.steps.ratio.get(r, bound) < bound:
+            if ev.get("signal") == "collectives" and r not in culprits and not ev.get("slow_itself") and \
+                    js.steps.ratio.get(r, bound) < bound:
                 out.append(r)
         return out
 

@@ -649,6 +649,10 @@ class SlowTracker:
                       "lag_ms": ct.lag_ms.get(r), "signal": "collectives"}
             if r in grouped:
                 out[r]["group"] = grouped[r][0]
+        kinds: dict[str, tuple | None] = {}
+        for r, ev in out.items():
+            if r not in grouped and self.comms[ev["comm"]].p2p and self._slow_itself(r, long, kinds):
+                ev["slow_itself"] = True
         for r in self._waiting_on_slower(out, long, set(grouped)):
             del out[r]
         for r in list(self.models):
@@ -805,11 +809,52 @@ class SlowTracker:
         1.5x rank, found 2.1x in its data-parallel comm, had a tensor-parallel peer found 2.2x
         in its own (its gaps there hold the waits), which computed 1.07x its peers between their
         TP calls to the culprit's 1.47x, and was named with it. Only where two ranks each seem
-        to wait for the other (in two comms) does the larger ratio they were found by decide."""
+        to wait for the other (in two comms) does the larger ratio they were found by decide.
+        A rank that is slow itself (`slow_itself`: found in its pipeline comm, where waits sit
+        inside calls, and slower than its sibling groups between its group's calls) is kept."""
         waits = {r: self._slower_peers(r, found.keys(), long) for r, ev in found.items()
                  if r not in grouped and ev.get("signal") == "collectives"}
-        return [r for r, qs in waits.items()
-                if any(r not in waits.get(q, ()) or found[q]["ratio"] > found[r]["ratio"] for q in qs)]
+        return [r for r, qs in waits.items() if not found[r].get("slow_itself")
+                and any(r not in waits.get(q, ()) or found[q]["ratio"] > found[r]["ratio"] for q in qs)]
+
+    def _kind(self, comm: str, kinds: dict[str, tuple | None]) -> tuple | None:
+        """What a collective comm's group is, by its members' coordinates: the coordinates
+        they share (a TP group shares `dp` and `pp`, a DP group `tp` and `pp`) and their
+        values' stage; None where a member's are unknown, or for a P2P comm."""
+        if comm not in kinds:
+            ct = self.comms.get(comm)
+            cs = [self.coords.get(q) for q in ct.ranks] if ct is not None and not ct.p2p else [None]
+            if not cs or any(c is None for c in cs):
+                kinds[comm] = None
+            else:
+                same = frozenset(k for k in cs[0] if all(c.get(k) == cs[0][k] for c in cs))
+                kinds[comm] = (len(cs), same, cs[0].get("pp", 0)) if "pp" in same or "pp" not in cs[0] else None
+        return kinds[comm]
+
+    def _slow_itself(self, rank: int, long: dict[str, dict[int, tuple]], kinds: dict[str, tuple | None]) -> bool:
+        """Whether `rank` computes slower by `slow_impact`, between the calls of a collective
+        comm of one stage, than the members of its sibling comms do between theirs (groups of
+        the same kind in the same stage, two at least: their median interval, by `long`'s
+        figures). For a rank found in its pipeline comm (pipeline waits sit inside its calls,
+        not in the gaps it was judged by) it means that it does not merely wait for a slower
+        peer of that group: it is slow itself (`evaluate` marks it `slow_itself`). Generator
+        E's launch-bound node (TP 8 x PP 2 x DP 4, GPU-timed: its eight hosts ~1.3x from
+        30 s, one TP group): every member computed 1.13-1.17x the other stage-1 TP groups
+        between its TP calls, but they waited for the slowest of them, rank 41, inside those
+        calls; the seven others, 1.14x in their pipeline comm, were taken to wait for it
+        (and their phases, which hold those waits, showed 1.0-1.04x: echoes), and only 41
+        was named. A rank found in a group comm is not marked: its gaps may hold pipeline
+        waits (generator C's interleaved pipeline: a TP pair waiting on the previous stage
+        inside its TP gaps, 2x its siblings)."""
+        for c, res in long.items():
+            kind = self._kind(c, kinds) if rank in res else None
+            if kind is None:
+                continue
+            sib = [_median([v[1] for v in res_o.values()]) for o, res_o in long.items()
+                   if o != c and res_o and self._kind(o, kinds) == kind]
+            if len(sib) >= 2 and res[rank][1] >= (1.0 + self.slow_impact) * _median(sib):
+                return True
+        return False
 
     @staticmethod
     def _tail(ct: CommTiming, rank: int) -> tuple[float, int] | None:

@@ -63,3 +63,21 @@ def test_a_rank_is_not_taken_to_wait_for_a_rank_of_another_stage(settings, gen_e
     named = slow_ranks_of(settings, cap)
     assert named[0] == [29]
     assert (named == [[29]]) is not drill
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_every_rank_of_a_launch_bound_node_is_named(settings, gen_e, monkeypatch, drill):
+    """TP 8 x PP 2 x DP 4, GPU-timed: node-05's eight hosts launch-bound from 30 s (~1.3x),
+    one TP group. Inside their TP calls they wait for the slowest of them, rank 41; but each
+    computes 1.13-1.17x the other stage-1 TP groups between those calls, and is 1.14x in its
+    pipeline comm: slow itself, not a victim of 41 (its phases, which hold those waits, show
+    ~1.0x). All eight named, in incidents naming only them. Drill: nobody taken to be slow
+    itself (`SlowTracker._slow_itself`): 41 alone."""
+    if drill:
+        monkeypatch.setattr(slow.SlowTracker, "_slow_itself", lambda *a: False)
+    cap, truth = gen_e("f02_cpu_contention_node")
+    node = truth["jobs"][0]["culprits"]
+    assert node == list(range(40, 48))
+    named = slow_ranks_of(settings, cap)
+    assert all(set(ranks) <= set(node) for ranks in named)
+    assert sorted(r for ranks in named for r in ranks) == ([41] if drill else node)
