@@ -79,3 +79,25 @@ def test_a_gloo_rank_paused_once_after_some_jitter_is_not_named(settings, monkey
     assert (named == [[2]]) is not drill
     if drill:
         assert named[0] == [1]
+
+
+@pytest.mark.parametrize("kind", ["numpy", "river"])
+def test_a_slowdown_near_the_threshold_that_lasts_is_slow(kind, monkeypatch):
+    """Generator E's 1.2x rank of a 300 s capture: 1.11-1.12x over its horizon, its windows
+    (two instances each, of two kinds) alternately 1.14x and 1.07x: the streak, which needs
+    every new window over the threshold, never reached two. Over the horizon for
+    `LASTING_NS` and `LASTING_WINDOWS` new windows, none under half the threshold's excess:
+    slow, from when the horizon went hot. One window under half of it starts over. Drill:
+    `LASTING_NS` beyond the run, never."""
+    def run(model: RankModel, shorts: list[float]) -> list:
+        return [model.update(1.115, (i + 1) * 1_500_000_000, (i + 1) * 1_500_000_000, short=s)
+                for i, s in enumerate(shorts)]
+
+    swing = [1.14, 1.07] * 6
+    got = run(RankModel(kind, 0.1, 2), swing)
+    assert got[:7] == [None] * 7 and got[7] == 1_500_000_000  # 10.5 s after, the 8th window
+    dip = swing[:4] + [1.03] + swing[:9]
+    got = run(RankModel(kind, 0.1, 2), dip)
+    assert got[:12] == [None] * 12 and got[12] == 9_000_000_000  # after the dip, anew
+    monkeypatch.setattr(rank_model, "LASTING_NS", 10**15)
+    assert run(RankModel(kind, 0.1, 2), swing) == [None] * 12
