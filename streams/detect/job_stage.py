@@ -768,9 +768,8 @@ class JobStage:
         the next stage's tensor-parallel pair (phases 1.0x) named 11.5 s later as a slow node,
         2x between its TP calls, where its recvs from the culprit's stage sit in an interleaved
         schedule. Where the phases name nobody (an FSDP job: every rank waits on the culprit
-        inside its phases alike), nothing is taken back; nor is a rank slow itself
-        (`SlowTracker._slow_itself`: its phases hold its waits for a slower peer of its
-        group, which is slow too)."""
+        inside its phases alike), nothing is taken back; nor is a rank slow itself among
+        culprits of its own group (`_slow_among`)."""
         named = self._slow_open(js)
         culprits = named | {r for r, ev in phased.items() if ev.get("ratio", 0.0) >= 1 + js.slow.slow_impact}
         if not culprits or now_ns - js.steps.last_end_ns > 3 * self.median_step_ns(js):
@@ -779,10 +778,19 @@ class JobStage:
         out = []
         for r, ev in found.items():
             bound = 1 + max(half, ECHO_CLAIM_SHARE * (ev.get("ratio", 1.0) - 1))
-            if ev.get("signal") == "collectives" and r not in culprits and not ev.get("slow_itself") and \
+            if ev.get("signal") == "collectives" and r not in culprits and not self._slow_among(js, ev, culprits) and \
                     js.steps.ratio.get(r, bound) < bound:
                 out.append(r)
         return out
+
+    @staticmethod
+    def _slow_among(js: JobState, ev: dict, culprits: set[int]) -> bool:
+        """Whether a rank found slow is slow itself (`SlowTracker._slow_itself`: slower than
+        its group's siblings between its group's calls) in a group that holds a culprit: its
+        phases hold its waits for that slower peer, which is slow too (generator E's
+        launch-bound node: seven of its eight ranks taken for echoes of the slowest)."""
+        group = js.slow.comms.get(ev.get("slow_itself") or "")
+        return group is not None and bool(culprits.intersection(group.ranks))
 
     def _waiting_in_phases(self, js: JobState, found: dict[int, dict], phased: dict[int, dict]) -> set[int]:
         """Ranks the phases alone name that compute clearly faster, between the calls of a

@@ -651,8 +651,10 @@ class SlowTracker:
                 out[r]["group"] = grouped[r][0]
         kinds: dict[str, tuple | None] = {}
         for r, ev in out.items():
-            if r not in grouped and self.comms[ev["comm"]].p2p and self._slow_itself(r, long, kinds):
-                ev["slow_itself"] = True
+            group = self._slow_itself(r, ev["ratio"], long, kinds) if r not in grouped and self.comms[
+                ev["comm"]].p2p else None
+            if group is not None and open_ranks <= set(self.comms[group].ranks):
+                ev["slow_itself"] = group
         for r in self._waiting_on_slower(out, long, set(grouped)):
             del out[r]
         for r in list(self.models):
@@ -831,11 +833,12 @@ class SlowTracker:
                 kinds[comm] = (len(cs), same, cs[0].get("pp", 0)) if "pp" in same or "pp" not in cs[0] else None
         return kinds[comm]
 
-    def _slow_itself(self, rank: int, long: dict[str, dict[int, tuple]], kinds: dict[str, tuple | None]) -> bool:
-        """Whether `rank` computes slower by `slow_impact`, between the calls of a collective
-        comm of one stage, than the members of its sibling comms do between theirs (groups of
-        the same kind in the same stage, two at least: their median interval, by `long`'s
-        figures). For a rank found in its pipeline comm (pipeline waits sit inside its calls,
+    def _slow_itself(self, rank: int, found: float, long: dict[str, dict[int, tuple]],
+                     kinds: dict[str, tuple | None]) -> str | None:
+        """Whether `rank` computes slower by `slow_impact`, and by half the excess it was
+        `found` slow by at least, between the calls of a collective comm of one stage, than
+        the members of its sibling comms do between theirs (groups of the same kind in the
+        same stage, two at least: their median interval, by `long`'s figures). For a rank found in its pipeline comm (pipeline waits sit inside its calls,
         not in the gaps it was judged by) it means that it does not merely wait for a slower
         peer of that group: it is slow itself (`evaluate` marks it `slow_itself`). Generator
         E's launch-bound node (TP 8 x PP 2 x DP 4, GPU-timed: its eight hosts ~1.3x from
@@ -844,17 +847,22 @@ class SlowTracker:
         calls; the seven others, 1.14x in their pipeline comm, were taken to wait for it
         (and their phases, which hold those waits, showed 1.0-1.04x: echoes), and only 41
         was named. A rank found in a group comm is not marked: its gaps may hold pipeline
-        waits (generator C's interleaved pipeline: a TP pair waiting on the previous stage
-        inside its TP gaps, 2x its siblings)."""
+        waits. Nor do they always sit inside pipeline calls (generator C's interleaved
+        pipeline drawn with 7000: the last stage's TP pair waiting on a slow stage, 1.94x in
+        its pipeline comm, 1.37x its siblings between its TP calls: slow by far less than it
+        was found, it is not marked); so a rank is marked only while no rank outside that
+        group is named (`evaluate`: there the 1.5x culprit of the stage before was), and the
+        phases' echo rule spares a marked rank only where the culprit it would echo is of
+        that group (`JobStage._echoes`). Returns that comm, or None."""
         for c, res in long.items():
             kind = self._kind(c, kinds) if rank in res else None
             if kind is None:
                 continue
             sib = [_median([v[1] for v in res_o.values()]) for o, res_o in long.items()
                    if o != c and res_o and self._kind(o, kinds) == kind]
-            if len(sib) >= 2 and res[rank][1] >= (1.0 + self.slow_impact) * _median(sib):
-                return True
-        return False
+            if len(sib) >= 2 and res[rank][1] >= (1.0 + max(self.slow_impact, (found - 1.0) / 2)) * _median(sib):
+                return c
+        return None
 
     @staticmethod
     def _tail(ct: CommTiming, rank: int) -> tuple[float, int] | None:

@@ -74,7 +74,7 @@ def test_every_rank_of_a_launch_bound_node_is_named(settings, gen_e, monkeypatch
     ~1.0x). All eight named, in incidents naming only them. Drill: nobody taken to be slow
     itself (`SlowTracker._slow_itself`): 41 alone."""
     if drill:
-        monkeypatch.setattr(slow.SlowTracker, "_slow_itself", lambda *a: False)
+        monkeypatch.setattr(slow.SlowTracker, "_slow_itself", lambda *a: None)
     cap, truth = gen_e("f02_cpu_contention_node")
     node = truth["jobs"][0]["culprits"]
     assert node == list(range(40, 48))
