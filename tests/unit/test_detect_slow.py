@@ -482,19 +482,24 @@ def test_a_rank_whose_waits_hide_it_is_named_by_the_phase_it_computes_apart_when
 
 
 def test_the_culprit_is_the_rank_its_peers_wait_for():
-    """A rank newly named slow in a collective comm of 8 or more arrives there `LAG_STAND`
-    times later than its peers typically do; in smaller comms and pipeline comms the rule
-    says nothing (one or two peers' lags are no typical figure)."""
+    """A rank newly named slow in a collective comm of 8 or more arrives there later than
+    its peers' median by `LAG_STAND` times their spread around it; in smaller comms and
+    pipeline comms the rule says nothing (one or two peers' lags are no typical figure).
+    Half of a comm slow (a node holding half of a stage's replicas): each of that half is
+    waited on, though its lag is not 4 times the others' typical absolute lag."""
     from commwatch.streams.detect.slow import LAG_STAND, CommTiming, SlowTracker
 
     ct = CommTiming(list(range(32)), False)
-    peers = {r: (0.38 if r % 2 else -0.38) for r in range(32)}
+    peers = {r: -0.76 + 1.52 * ((r * 7) % 32) / 31 for r in range(32)}  # typical |lag| 0.38 ms
     ct.lag_ms = {**peers, 13: 6.23, 21: 0.93}  # generator B: the culprit and a healthy rank
     assert SlowTracker._waited_on(ct, 13) and not SlowTracker._waited_on(ct, 21)
     ct.lag_ms = {**peers, 13: 6.23, 21: 6.0}  # two slow ranks: the median is the others'
     assert SlowTracker._waited_on(ct, 13) and SlowTracker._waited_on(ct, 21)
-    ct.lag_ms = {**peers, 21: 0.38 * LAG_STAND}
+    ct.lag_ms = {**peers, 21: 0.4 * LAG_STAND + 0.1}
     assert SlowTracker._waited_on(ct, 21)
+    half = {r: (15.0 if r < 16 else -15.0) + peers[r] / 10 for r in range(32)}  # 16 of 32 slow
+    ct.lag_ms = half
+    assert SlowTracker._waited_on(ct, 3) and not SlowTracker._waited_on(ct, 20)
     small = CommTiming([4, 5], False)
     small.lag_ms = {4: 0.6, 5: -0.6}  # a TP pair: each one's lag is the other's, negated
     assert SlowTracker._waited_on(small, 4)
