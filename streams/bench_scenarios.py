@@ -375,6 +375,15 @@ def jobmodel_cases() -> list[Case]:
     for mode, lay, factor in (("enqueue", L16, 1.5), ("enqueue", L32, 1.3), ("gpu", L16, 1.5), ("blocking", L8D, 1.4)):
         add(f"slow-host{factor}-{mode}", lay, probe=mode, duration_s=50.0,
             faults=lambda w, s, f=factor: (jm.SlowHost(pick(w, s), f, 15.0),))
+    # Megatron-core's own rank order (the stage outermost): a node holds several data-parallel
+    # replicas of one stage, so a slow node is part of each of its data-parallel comms
+    outer = dict(order="tp-dp-pp", duration_s=50.0)
+    add("slow-node1.4-stage-outer", (2, 2, 8), faults=lambda w, s: (jm.SlowNode(1, 1.4, 15.0),), **outer)
+    add("slow-node1.3-stage-outer-enqueue", (2, 2, 8), probe="enqueue",
+        faults=lambda w, s: (jm.SlowNode(2, 1.3, 15.0),), **outer)
+    add("slow1.5-stage-outer", (2, 2, 8), faults=lambda w, s: (jm.SlowGpu(pick(w, s), 1.5, 15.0),), **outer)
+    add("healthy-stage-outer", (2, 2, 8), control="healthy", **outer)
+    add("unbalanced1.3-stage-outer", (2, 4, 4), control="unbalanced", stage_factors=(1.0, 1.3, 1.0, 1.0), **outer)
     return out
 
 

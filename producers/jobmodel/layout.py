@@ -1,7 +1,15 @@
-"""Where each rank sits and which communicators it belongs to (Megatron order).
+"""Where each rank sits and which communicators it belongs to.
 
-Global rank = dp * (PP * TP) + pp * TP + tp: tensor-parallel peers are neighbours, so a
-TP group lives inside one node when TP divides the GPUs per node. Groups:
+Global rank, by `order` (innermost first, as Megatron's `--order` names it):
+
+- ``tp-pp-dp`` (the default): dp * (PP * TP) + pp * TP + tp: a replica's stages are
+  neighbours, so a node holds whole pipelines where TP x PP divides its GPUs;
+- ``tp-dp-pp`` (Megatron-core's own default order): pp * (DP * TP) + dp * TP + tp: a
+  stage's replicas are neighbours, so a node holds several data-parallel replicas of one
+  stage, and a slow node makes part of each of its data-parallel comms slow.
+
+Tensor-parallel peers are neighbours either way, so a TP group lives inside one node when
+TP divides the GPUs per node. Groups:
 
 - ``tp``: ranks of one (dp, pp) position, size TP (all-reduce between compute chunks);
 - ``pp``: ranks of one (dp, tp) position across the stages, size PP (send/recv between
@@ -18,6 +26,9 @@ group's name and its ranks, so it is the same on every member and differs betwee
 (7, (1, 1, 1))
 >>> [g.name for g in lay.groups_of(5)]
 ['tp.d1.p0', 'pp.d1.t1', 'dp.p0.t1', 'emb.d1.t1', 'mp.d1']
+>>> lay = Layout("j", tp=2, pp=2, dp=4, order="tp-dp-pp")
+>>> lay.coords(5), lay.group(5, "dp").members
+((1, 0, 2), (1, 3, 5, 7))
 """
 
 from __future__ import annotations
@@ -54,10 +65,16 @@ def comm_id(job: str, name: str, members: tuple[int, ...]) -> int:
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
 
 
+ORDERS = ("tp-pp-dp", "tp-dp-pp")
+
+
 class Layout:
     """TP x PP x DP ranks on nodes of ``gpus_per_node`` GPUs, and their communicators."""
 
-    def __init__(self, job: str, tp: int, pp: int, dp: int, gpus_per_node: int = 8):
+    def __init__(self, job: str, tp: int, pp: int, dp: int, gpus_per_node: int = 8, order: str = "tp-pp-dp"):
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+        self.stage_outer = order == "tp-dp-pp"
         for name, v in (("tp", tp), ("pp", pp), ("dp", dp), ("gpus_per_node", gpus_per_node)):
             if v < 1:
                 raise ValueError(f"{name} must be >= 1, got {v}")
@@ -93,10 +110,14 @@ class Layout:
             self._of_rank[r][kind] = g
 
     def rank_of(self, tp: int, pp: int, dp: int) -> int:
+        if self.stage_outer:
+            return pp * (self.dp * self.tp) + dp * self.tp + tp
         return dp * (self.pp * self.tp) + pp * self.tp + tp
 
     def coords(self, rank: int) -> tuple[int, int, int]:
         """(tp, pp, dp) of a global rank."""
+        if self.stage_outer:
+            return rank % self.tp, rank // (self.tp * self.dp), (rank // self.tp) % self.dp
         return rank % self.tp, (rank // self.tp) % self.pp, rank // (self.tp * self.pp)
 
     def stage(self, rank: int) -> int:

@@ -42,6 +42,7 @@ class JobConfig:
     pp: int = 1
     dp: int = 2
     gpus_per_node: int = 8
+    order: str = "tp-pp-dp"  # rank order, innermost first (`layout.ORDERS`)
     work: Workload = Workload()
     duration_s: float = 60.0
     probe: str = "gpu"
@@ -100,7 +101,7 @@ class JobRun:
 
 
 def run_job(cfg: JobConfig) -> JobRun:
-    layout = Layout(cfg.job, cfg.tp, cfg.pp, cfg.dp, cfg.gpus_per_node)
+    layout = Layout(cfg.job, cfg.tp, cfg.pp, cfg.dp, cfg.gpus_per_node, cfg.order)
     rng = np.random.default_rng([cfg.seed, 7])
     for f in cfg.faults:
         _check_fault(f, layout)

@@ -265,18 +265,15 @@ class StepTracker:
                 local = self._local_ratios(got, members) if groups_over else {}
                 apart = {g: [r for r in group if local.get(r, 0.0) >= 1 + self.slow_impact]
                          for g, group in groups_over.items()}
+                whole = {g for g, group in groups_over.items() if _whole(g, group, apart[g], local, members, coords)}
                 if len(groups_over) > max(1, STRAGGLER_SHARE * len(members)) and not (
-                        all(len(a) == 1 for a in apart.values())
+                        all(len(a) == 1 or g in whole for g, a in apart.items())
                         and 2 * len(groups_over) <= len({_tp_group(coords.get(r)) or r for r in members})):
                     continue  # many slower, and not each shown slow by its own compute (at most half): waits
                 for g, group in groups_over.items():
                     if len(group) < 2:
                         continue
-                    excess = [local[r] - 1.0 for r in group if r in local]
-                    whole = sorted(apart[g]) == sorted(group) == sorted(
-                        r for r in members if (_tp_group(coords.get(r)) or ("rank", r)) == g
-                    ) and min(excess) >= WHOLE_ALIKE * max(excess)
-                    if whole:  # every member slower in its own compute too, alike: the group is slow (a slow node)
+                    if g in whole:  # every member slower in its own compute too, alike: the group is slow (a slow node)
                         for r in group:
                             groups_of[r] = g
                         continue
@@ -503,6 +500,22 @@ def _medians_of_others(values: list[float]) -> list[float]:
         a = ranked[hi + (hi >= p)]
         out.append(a if m % 2 else (ranked[lo + (lo >= p)] + a) / 2)
     return out
+
+
+def _whole(g: tuple, group: list[int], apart: list[int], local: dict[int, float], members: list[int],
+           coords: dict[int, dict]) -> bool:
+    """Whether the tensor-parallel group `g` is slow as a whole in a stage's phase: every
+    member of it in the stage is slower (`group`) and slower in its own compute (`apart`:
+    `LOCAL_PHASE`), alike (the least excess there `WHOLE_ALIKE` of the largest). Several such
+    groups at once are a slow node's, not waits: under Megatron's own rank order (the stage
+    outermost) a node holds several data-parallel replicas of one stage, each a whole TP
+    group; the job model's 1.3x node holding four of a stage's eight, under a host-enqueue
+    probe (its phases the only sign), was taken for waits and named nobody."""
+    if len(group) < 2:
+        return False
+    excess = [local[r] - 1.0 for r in group if r in local]
+    return sorted(apart) == sorted(group) == sorted(
+        r for r in members if (_tp_group(coords.get(r)) or ("rank", r)) == g) and min(excess) >= WHOLE_ALIKE * max(excess)
 
 
 def _tp_group(c: dict | None) -> tuple | None:

@@ -439,3 +439,28 @@ def test_a_tp_group_waiting_on_another_stage_is_not_named_by_one_members_local_j
              for r in e["culprit_ranks"]}
     assert named >= {9, 26} and truth["culprits"] == [9, 26]
     assert (17 in named) is drill and named - {9, 17, 26} == set()
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_slow_node_holding_several_tp_groups_of_a_stage_is_named_by_their_own_compute(monkeypatch, drill):
+    """Megatron's own rank order (the stage outermost): a node holds several data-parallel
+    replicas of one stage, each a whole TP group. The job model's 1.3x node holding four of a
+    stage's eight groups, under a host-enqueue probe (its phases the only sign), was taken for
+    waits (many groups slower) and named nobody; each of them is slower in the phase its
+    members compute apart, alike: they are named. More than half the groups slower (which
+    half is slow cannot be told), or slower without their own compute (waits): nobody.
+    Drill: no group counts as whole, nobody."""
+    if drill:
+        monkeypatch.setattr(steps, "_whole", lambda *a: False)
+
+    def node(slow_ranks, local=True):
+        def phases(r, it):
+            f = 1.3 if it >= 4 and r in slow_ranks else 1.0
+            return {"forward_ms": 300.0 * f, "backward_ms": 500.0 * f, "optimizer_ms": 40.0 * (f if local else 1.0)}
+        return phases
+
+    found = _run(node(range(8, 16)), world=16)
+    assert (set(found) == set(range(8, 16))) is not drill
+    assert drill or len({found[r]["group"] for r in found}) == 4
+    assert _run(node(range(6, 16)), world=16) == {}
+    assert _run(node(range(8, 16), local=False), world=16) == {}
