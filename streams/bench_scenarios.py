@@ -384,6 +384,9 @@ def jobmodel_cases() -> list[Case]:
     add("slow1.5-stage-outer", (2, 2, 8), faults=lambda w, s: (jm.SlowGpu(pick(w, s), 1.5, 15.0),), **outer)
     add("healthy-stage-outer", (2, 2, 8), control="healthy", **outer)
     add("unbalanced1.3-stage-outer", (2, 4, 4), control="unbalanced", stage_factors=(1.0, 1.3, 1.0, 1.0), **outer)
+    # ... and without the hook's iteration timings (the NCCL plugin alone): the collectives only
+    add("slow-node1.4-stage-outer-no-steps", (2, 2, 8), steps=False, faults=lambda w, s: (jm.SlowNode(1, 1.4, 15.0),),
+        **outer)
     return out
 
 

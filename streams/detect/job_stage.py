@@ -93,6 +93,7 @@ class JobState:
     ended_ns: int = 0
     ended_reason: str = ""
     analysis: waits.Analysis | None = None
+    hang_waiters: set = field(default_factory=set)  # ranks seen waiting on a root while the hang is open
     chain: dict | None = None  # the last wait chain shown while a hang is open (`health.snapshot`)
     threshold_ns: float = 0.0
     root_threshold_ns: float = 0.0  # a root's silence (`JobStage.threshold_ns`)
@@ -557,6 +558,10 @@ class JobStage:
             skip.update(r for c in stale | unreported for r in js.members.get(c, ()))
             roots.extend(self._died_with(js, now_ns, roots, skip, root_thr))
         waited = now_ns - an.oldest_since_ns
+        if ("hang",) in js.book.open:
+            js.hang_waiters |= an.waiting
+        else:
+            js.hang_waiters = set(an.waiting)
         roots, comm_roots = self._torn_down(js, now_ns, roots, an.comm_roots)
         if roots:
             self._assert_hang(js, now_ns, an, roots, waited, root_thr, out)
@@ -624,14 +629,24 @@ class JobStage:
         transport hang). So while it is open a root is one of its culprits, or a rank that fell
         silent before it began and did not exit; and calls blocked since it began are its
         symptoms. The third generator's watchdog abort, 40 s after a hang: the P0 was updated
-        to name two victims with the root, and a second P0 opened (a comm_hang)."""
+        to name two victims with the root, and a second P0 opened (a comm_hang). A rank never
+        seen waiting on a root while it is open is no victim: a second root, however soon after
+        the onset it fell silent (generator E's two ranks that stop at once, drawn with SEED 5:
+        rank 9's silence began a few milliseconds after rank 50's wait, which dates the hang,
+        and its TP peers' wait reached the threshold 0.25 s later; 9 was never named)."""
         held = js.book.open.get(("hang",))
         if held is None:
             return roots, comm_roots
         onset = held.evidence.get("onset_ns", held.opened_ns)
         roots = [x for x in roots if x[0] in held.culprit_ranks
-                 or (x[1] != "exited" and self.silent_since(js, x[0], now_ns) < onset)]
+                 or (x[1] != "exited" and (self.silent_since(js, x[0], now_ns) < onset
+                                           or self._never_waited(js, x[0])))]
         return roots, [x for x in comm_roots if x.since_ns < onset]
+
+    @staticmethod
+    def _never_waited(js: JobState, rank: int) -> bool:
+        """Whether `rank` was never seen waiting on a root while the open hang lasted."""
+        return rank not in js.hang_waiters
 
     def _assert_hang(self, js: JobState, now_ns: int, an: waits.Analysis, roots: list, waited: int, thr: float,
                      out: list) -> None:
@@ -941,7 +956,8 @@ class JobStage:
                           "ratio": adv["ratio"], "nodes": nodes[:16]},
                 id_hint=f"stage{adv['stage']}"))
         current = now_ns - js.steps.last_end_ns <= 3 * max(js.steps.median_step_s() * 1e9, 1e9)
-        unexplained = loss is not None and loss >= JOB_SLOWDOWN and current and not found and not held and not hung
+        unexplained = (loss is not None and loss >= JOB_SLOWDOWN and current and not found and not held and not hung
+                       and not self._link_open(js))
         js.slowdown_since = (js.slowdown_since or now_ns) if unexplained else 0
         if unexplained and now_ns - js.slowdown_since >= JOB_SLOWDOWN_HOLD_NS:
             out.extend(js.book.assert_(
@@ -956,7 +972,25 @@ class JobStage:
             self._slow_link(js, links, nodes, now_ns, out)
 
     @staticmethod
-    def _slow_link(js: JobState, links: list[dict], nodes: list[str], now_ns: int, out: list) -> None:
+    def _link_open(js: JobState) -> bool:
+        """Whether a slow link's incident is open: it explains the job's slowdown (generator
+        D's slow NIC drawn with 10: its P2 open, the job's 24 % slowdown was also reported as
+        unexplained, P3)."""
+        return any(key[0] == "slow_link" for key in js.book.open)
+
+    @staticmethod
+    def _link_key(js: JobState, nodes: list[str]) -> tuple:
+        """The incident key of a slow link between `nodes`: an open slow-link incident of any
+        of them, as its nodes are narrowed down or widened (one incident per fault), else
+        theirs. Generator D's slow NIC drawn with 10: its node pair named P2, then that node
+        alone in a second P2 a second later, both open ten seconds."""
+        for key, inc in js.book.open.items():
+            if key[0] == "slow_link" and set(key[1]) & set(nodes):
+                return key
+        return ("slow_link", tuple(nodes))
+
+    @classmethod
+    def _slow_link(cls, js: JobState, links: list[dict], nodes: list[str], now_ns: int, out: list) -> None:
         evidence: dict = {"comms": links[:16]}
         summary = f"transfers slow on {len(links)} comm(s) spanning {', '.join(nodes)}; no rank is slow"
         erring = [n for n in nodes if now_ns - js.ib_errors.get(n, (0, -IB_ERRORS_RECENT_NS))[1] < IB_ERRORS_RECENT_NS]
@@ -967,12 +1001,12 @@ class JobStage:
             nodes = erring
         if len(nodes) <= 2:
             out.extend(js.book.assert_(
-                ("slow_link", tuple(nodes)), now_ns, kind="slow_link", severity="P2", culprit_ranks=[],
+                cls._link_key(js, nodes), now_ns, kind="slow_link", severity="P2", culprit_ranks=[],
                 culprit_nodes=nodes, comm=links[0]["comm"], summary=summary, evidence=evidence,
                 id_hint=f"{'-'.join(nodes)}-{now_ns}"))
         else:  # every slow comm spans the same nodes: which of their links is slow is not known
             out.extend(js.book.assert_(
-                ("slow_link", tuple(nodes)), now_ns, kind="slow_link", severity="P3", culprit_ranks=[],
+                cls._link_key(js, nodes), now_ns, kind="slow_link", severity="P3", culprit_ranks=[],
                 culprit_nodes=[], comm=links[0]["comm"],
                 summary=f"transfers slow on {len(links)} comm(s) spanning {', '.join(nodes)}; no rank is slow, "
                         f"and no comm tells which of their links it is",

@@ -643,3 +643,26 @@ def test_a_blocked_call_is_waited_in_from_its_first_device_start_not_its_enqueue
     onset = next(t["onset_ns"] for t in built.truth if t["kind"] == "hang")  # the first GPU waits
     waited_s = (opened[0]["opened_ns"] - onset) / S
     assert (waited_s < 4.6) if drill else (5.0 <= waited_s < 5.5)
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_two_ranks_that_stop_at_once_are_both_named_in_one_p0(settings, gen_e, monkeypatch, drill):
+    """Generator E's two hangs drawn with SEED 5 (TP 4 x PP 2 x DP 8, ranks 9 and 50 stop at
+    35.4 s): the P0 opened on rank 50 as its peers' wait reached the threshold; 0.25 s later
+    rank 9's did, but its silence began a few milliseconds after the hang's onset, which the
+    rule against victims torn down after a hang reads as a victim's: 9 was never named. A
+    rank never seen waiting on a root while the hang is open is a second root. Drill: only
+    silence before the onset counts, and the P0 names 50 alone."""
+    from commwatch.capture import read_sorted
+    from commwatch.decode import decode_messages
+    from commwatch.streams.detect import Detector
+    from commwatch.streams.detect.job_stage import JobStage
+
+    if drill:
+        monkeypatch.setattr(JobStage, "_never_waited", staticmethod(lambda js, rank: False))
+    cap, truth = gen_e("f06_two_hangs", seed=5)
+    msgs = read_sorted(cap)
+    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    hangs = [e for e in events if e["kind"] == "hang"]
+    assert len({e["incident"] for e in hangs}) == 1 and all(e["severity"] == "P0" for e in hangs)
+    assert hangs[-1]["culprit_ranks"] == ([50] if drill else sorted(truth["jobs"][0]["culprits"]))

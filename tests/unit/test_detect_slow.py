@@ -606,12 +606,15 @@ def test_a_slow_node_whose_tp_groups_are_slow_as_a_whole_is_named_at_once(settin
     but computed like its TP peer between their calls (the peer on the same slow node), and
     was taken for a victim; rank 17 alone was named, P3 at 42 s. A rank computing like peers
     that are slow too is no victim: the node is named in one incident at 25.5 s. Drill: peers
-    counted whether slow or not, rank 17 alone."""
+    counted whether slow or not, rank 17 alone (and no TP group slow as a whole by its phases
+    either: they name the node too since a stage's several whole groups count, `steps._whole`)."""
+    from commwatch.streams.detect import steps as steps_mod
     from commwatch.streams.detect.slow import SlowTracker
 
     if drill:
         elsewhere = SlowTracker._normal_elsewhere
         monkeypatch.setattr(SlowTracker, "_normal_elsewhere", lambda self, *a: elsewhere(self, *a[:5]))
+        monkeypatch.setattr(steps_mod, "_whole", lambda *a: False)
     named = slow_ranks_of(settings, gen_a("slownode_2x2x16_gpu_node2_quarterstage", seed=3))
     assert named == ([[17]] if drill else [list(range(16, 24))])
 
@@ -647,3 +650,28 @@ def test_a_members_lone_gap_where_its_peers_calls_came_back_to_back_is_not_compu
     ratio = (sums[3] / counts[3]) / (sums[0] / counts[0])
     assert (ratio < 1.1) is not drill
     assert (counts[3] == counts[0]) is not drill
+
+
+@pytest.mark.parametrize("drill", ["", "key", "explains"])
+def test_a_slow_nic_is_one_incident_that_also_explains_the_jobs_slowdown(settings, gen_d, monkeypatch, drill):
+    """Generator D's slow NIC drawn with 10 (its node's transfers slow from 20 s, no rank
+    slow): its node pair was named P2, then the node alone in a second P2 a second later, both
+    open ten seconds; and the job's 24 % slowdown was reported as unexplained (P3) while the
+    link's incident was open. Now one incident, narrowed to the node by an update, and no
+    unexplained slowdown. Drills: each node set its own incident; no link explaining it."""
+    from commwatch.capture import read_sorted
+    from commwatch.decode import decode_messages
+    from commwatch.streams.detect import Detector
+
+    if drill == "key":
+        monkeypatch.setattr(job_stage.JobStage, "_link_key", staticmethod(lambda js, nodes: ("slow_link", tuple(nodes))))
+    if drill == "explains":
+        monkeypatch.setattr(job_stage.JobStage, "_link_open", staticmethod(lambda js: False))
+    cap, _ = gen_d("n01_slow_nic", seed=10)
+    msgs = read_sorted(cap)
+    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    links = [e for e in events if e["kind"] == "slow_link"]
+    unexplained = [e for e in events if e["status"] == "open" and "job_slowdown" in e["evidence"]]
+    assert (len({e["incident"] for e in links}) == 1) is (drill != "key")
+    assert drill == "key" or links[-1]["culprit_nodes"] == ["node-02"]
+    assert (unexplained == []) is (drill != "explains")
