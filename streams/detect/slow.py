@@ -66,6 +66,7 @@ PAUSE_SHARE = 0.5  # ... and one far slower in all (`FAST_RATIO`) but slow in un
 NEVER_FINER_NS = 10_000_000_000  # a comm in use this long without compute intervals is nobody's finest
 SWITCH = 0.8  # a rank is judged in another comm once its intervals there are this much of those where it is
 BLIND_WINDOWS = 4  # new windows of its finer comm without a figure for a rank before it is judged in a coarser one
+ITSELF_APART = 1.5  # a peer found this many times a rank's excess, slower in a group they share: it waits for it
 GROUP_HOLD_NS = 3_000_000_000  # a group seems slower as a whole this long before it is judged as one
 FOUND = "found"  # `slow_groups` state of a group judged as one
 LINK_FACTOR = 1.5
@@ -831,11 +832,32 @@ class SlowTracker:
         TP calls to the culprit's 1.47x, and was named with it. Only where two ranks each seem
         to wait for the other (in two comms) does the larger ratio they were found by decide.
         A rank that is slow itself (`slow_itself`: found in its pipeline comm, where waits sit
-        inside calls, and slower than its sibling groups between its group's calls) is kept."""
-        waits = {r: self._slower_peers(r, found.keys(), long) for r, ev in found.items()
-                 if r not in grouped and ev.get("signal") == "collectives"}
-        return [r for r, qs in waits.items() if not found[r].get("slow_itself")
+        inside calls, and slower than its sibling groups between its group's calls) is kept.
+        A rank is not kept so where a peer of that group computes slower there and was found
+        slower by far (`ITSELF_APART` times its excess): its group's gaps hold pipeline waits
+        (generator E's 1.3x rank of a TP 8 x PP 8 x DP 16 job, drawn with SEED 5: its whole TP
+        group computed 1.19-1.23x the other groups between its TP calls, a GPipe schedule's
+        bubbles in them; two peers, found 1.13-1.15x in their pipeline comms to the culprit's
+        1.26x, seemed slow themselves and were named with it)."""
+        waits = {r: self._slower_peers(r, found.keys(), long) | self._outpaced_by(r, found, long)
+                 for r, ev in found.items() if r not in grouped and ev.get("signal") == "collectives"}
+        return [r for r, qs in waits.items() if (not found[r].get("slow_itself") or self._outpaced_by(r, found, long))
                 and any(r not in waits.get(q, ()) or found[q]["ratio"] > found[r]["ratio"] for q in qs)]
+
+    def _outpaced_by(self, rank: int, found: dict[int, dict], long: dict[str, dict[int, tuple]]) -> set[int]:
+        """The ranks found with `rank` that compute slower than it in a collective comm of one
+        stage they share (by `long`'s figures) and were found slower by far: their excess
+        `ITSELF_APART` times its own or more."""
+        excess = found[rank]["ratio"] - 1.0
+        out: set[int] = set()
+        for c, res in long.items():
+            ct = self.comms.get(c)
+            if ct is None or ct.p2p or rank not in res or len(
+                    {self.coords[q].get("pp", 0) for q in ct.ranks if q in self.coords}) > 1:
+                continue
+            out.update(q for q in ct.ranks if q != rank and q in res and q in found and res[q][1] > res[rank][1]
+                       and found[q]["ratio"] - 1.0 >= ITSELF_APART * excess)
+        return out
 
     def _kind(self, comm: str, kinds: dict[str, tuple | None]) -> tuple | None:
         """What a collective comm's group is, by its members' coordinates: the coordinates

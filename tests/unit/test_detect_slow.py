@@ -533,6 +533,33 @@ def test_a_tensor_parallel_peer_waiting_on_a_slower_rank_is_not_named_with_it():
     assert st._waiting_on_slower(both, alike, set()) == []
 
 
+@pytest.mark.parametrize("drill", [False, True])
+def test_peers_found_slow_by_far_less_than_their_groups_culprit_wait_for_it(monkeypatch, drill):
+    """Generator E's 1.3x rank 613 of a TP 8 x PP 8 x DP 16 job drawn with SEED 5: its whole TP
+    group computed 1.19-1.23x the sibling groups between its TP calls (a GPipe schedule's
+    bubbles in those gaps), so peers 612 and 614, found 1.13-1.15x in their pipeline comms to
+    613's 1.26x, seemed slow themselves (`slow_itself`) and were named with it. A peer that
+    computes slower in the group and was found 1.5x the excess or more is what they wait for.
+    A launch-bound node (every member found 1.13-1.14x, slow itself) stays named whole.
+    Drill: no such rule, 612 and 614 kept."""
+    from commwatch.streams.detect.slow import CommTiming, SlowTracker
+
+    if drill:
+        monkeypatch.setattr(slow, "ITSELF_APART", float("inf"))
+    group = list(range(608, 616))
+    st = SlowTracker(0.1, 2)
+    st.comms = {"tp": CommTiming(group, False)}
+    st.coords = {r: {"tp": r % 8, "pp": 4, "dp": 9} for r in group}
+    gaps = {608: 520.0, 609: 522.0, 610: 519.0, 611: 521.0, 612: 536.0, 613: 557.8, 614: 538.5, 615: 518.0}
+    long = {"tp": {r: (g / 530.0, g, 530.0, 0.3) for r, g in gaps.items()}}
+    found = {613: {"ratio": 1.26, "signal": "collectives", "slow_itself": "tp"},
+             614: {"ratio": 1.133, "signal": "collectives", "slow_itself": "tp"},
+             612: {"ratio": 1.149, "signal": "collectives"}}
+    assert sorted(st._waiting_on_slower(found, long, set())) == ([] if drill else [612, 614])
+    node = {r: {"ratio": 1.125 + 0.002 * (r % 8), "signal": "collectives", "slow_itself": "tp"} for r in group}
+    assert st._waiting_on_slower(node, long, set()) == []
+
+
 def test_a_rank_is_not_judged_in_a_coarser_comm_while_its_finer_one_gives_it_no_figure(monkeypatch):
     """Generator A's TP=1 pipeline (PP 4, DP 4), rank 6 computing 2x: rank 14, the last stage of
     its pipeline, waits on it inside its receives, so its intervals between its data-parallel
