@@ -663,9 +663,9 @@ class SlowTracker:
                 out[r]["group"] = grouped[r][0]
         kinds: dict[str, tuple | None] = {}
         for r, ev in out.items():
-            group = self._slow_itself(r, ev["ratio"], long, kinds) if r not in grouped and self.comms[
+            group = self._slow_itself(r, ev["ratio"], long, kinds, open_ranks) if r not in grouped and self.comms[
                 ev["comm"]].p2p else None
-            if group is not None and open_ranks <= set(self.comms[group].ranks):
+            if group is not None:
                 ev["slow_itself"] = group
         for r in self._waiting_on_slower(out, long, set(grouped)):
             del out[r]
@@ -874,7 +874,7 @@ class SlowTracker:
         return kinds[comm]
 
     def _slow_itself(self, rank: int, found: float, long: dict[str, dict[int, tuple]],
-                     kinds: dict[str, tuple | None]) -> str | None:
+                     kinds: dict[str, tuple | None], within: set[int] = frozenset()) -> str | None:
         """Whether `rank` computes slower by `slow_impact`, and by half the excess it was
         `found` slow by at least, between the calls of a collective comm of one stage, than
         the members of its sibling comms do between theirs (groups of the same kind in the
@@ -893,9 +893,12 @@ class SlowTracker:
         was found, it is not marked); so a rank is marked only while no rank outside that
         group is named (`evaluate`: there the 1.5x culprit of the stage before was), and the
         phases' echo rule spares a marked rank only where the culprit it would echo is of
-        that group (`JobStage._echoes`). Returns that comm, or None."""
+        that group (`JobStage._echoes`). `within`: the comm must hold these ranks (the ones
+        named: generator E's launch-bound node drawn with SEED 5, two of its ranks named, a
+        third slow itself in its data-parallel comm too, which was taken, holding neither of
+        them: not marked, its phases took it for their echo). Returns that comm, or None."""
         for c, res in long.items():
-            kind = self._kind(c, kinds) if rank in res else None
+            kind = self._kind(c, kinds) if rank in res and within <= set(self.comms[c].ranks) else None
             if kind is None:
                 continue
             sib = [_median([v[1] for v in res_o.values()]) for o, res_o in long.items()

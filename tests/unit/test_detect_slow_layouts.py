@@ -83,6 +83,28 @@ def test_every_rank_of_a_launch_bound_node_is_named(settings, gen_e, monkeypatch
     assert sorted(r for ranks in named for r in ranks) == ([41] if drill else node)
 
 
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_rank_slow_itself_is_marked_in_the_group_that_holds_the_named_ranks(settings, gen_e, monkeypatch, drill):
+    """The launch-bound node drawn with SEED 5: ranks 40 and 42 named first; rank 41 was slow
+    itself both in its TP group (with them) and in its data-parallel comm (without them), and
+    the latter, met first, was taken, so it was not marked, and the phases took it and five
+    others for echoes of 40 and 42 (P3 naming two of eight). The comm that holds the named
+    ranks is taken: all eight named. Drill: the first comm it is slow itself in, marked only
+    if it holds them."""
+    if drill:
+        first = slow.SlowTracker._slow_itself
+
+        def old(self, rank, found, long, kinds, within=frozenset()):
+            group = first(self, rank, found, long, kinds)
+            return group if group is not None and within <= set(self.comms[group].ranks) else None
+
+        monkeypatch.setattr(slow.SlowTracker, "_slow_itself", old)
+    cap, truth = gen_e("f02_cpu_contention_node", seed=5)
+    node = truth["jobs"][0]["culprits"]
+    named = sorted({r for ranks in slow_ranks_of(settings, cap) for r in ranks})
+    assert (named == node) is not drill and set(named) <= set(node)
+
+
 @pytest.mark.parametrize("drill", [None, "levels", "lag"])
 def test_a_slow_node_holding_half_of_a_stages_replicas_is_named(settings, gen_a, monkeypatch, drill):
     """Generator A drawn with 18, TP 2 x PP 2 x DP 8 laid out as Megatron does (the pipeline
