@@ -850,14 +850,20 @@ class SlowTracker:
         `ITSELF_APART` times its own or more."""
         excess = found[rank]["ratio"] - 1.0
         out: set[int] = set()
+        for ct, res in self._stage_groups(rank, long):
+            out.update(q for q in ct.ranks if q != rank and q in res and q in found and res[q][1] > res[rank][1]
+                       and found[q]["ratio"] - 1.0 >= ITSELF_APART * excess)
+        return out
+
+    def _stage_groups(self, rank: int, long: dict[str, dict[int, tuple]]):
+        """(comm, its figures) for each collective comm of `rank` with a figure for it whose
+        members are of one pipeline stage (by coordinates, where known)."""
         for c, res in long.items():
             ct = self.comms.get(c)
             if ct is None or ct.p2p or rank not in res or len(
                     {self.coords[q].get("pp", 0) for q in ct.ranks if q in self.coords}) > 1:
                 continue
-            out.update(q for q in ct.ranks if q != rank and q in res and q in found and res[q][1] > res[rank][1]
-                       and found[q]["ratio"] - 1.0 >= ITSELF_APART * excess)
-        return out
+            yield ct, res
 
     def _kind(self, comm: str, kinds: dict[str, tuple | None]) -> tuple | None:
         """What a collective comm's group is, by its members' coordinates: the coordinates
@@ -1111,11 +1117,7 @@ class SlowTracker:
         computed less between the job's grad-norm all-reduces than a third-stage rank found
         1.12x, was taken to wait for it, and its incident resolved while it was as slow)."""
         out: set[int] = set()
-        for c, res in long.items():
-            ct = self.comms.get(c)
-            if ct is None or ct.p2p or rank not in res or len(
-                    {self.coords[q].get("pp", 0) for q in ct.ranks if q in self.coords}) > 1:
-                continue
+        for ct, res in self._stage_groups(rank, long):
             mine = res[rank][1] * (1.0 + self.slow_impact / 2)
             out.update(q for q in ct.ranks if q != rank and q in res and q in cands and mine < res[q][1])
         return out
