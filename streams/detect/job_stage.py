@@ -43,7 +43,7 @@ from commwatch.streams.detect.comm_stage import QUIET_NS
 from commwatch.streams.detect.host_gate import HostGate
 from commwatch.streams.detect.incidents import IncidentBook
 from commwatch.streams.detect.slow import SlowTracker
-from commwatch.streams.detect.steps import LOCAL_LOSS, StepTracker
+from commwatch.streams.detect.steps import LOCAL_LOSS, StepTracker, _tp_group
 
 TICK_NS = 250_000_000
 SLOW_EVAL_NS = 500_000_000
@@ -794,9 +794,33 @@ class JobStage:
         for r, ev in found.items():
             bound = 1 + max(half, ECHO_CLAIM_SHARE * (ev.get("ratio", 1.0) - 1))
             if ev.get("signal") == "collectives" and r not in culprits and not self._slow_among(js, ev, culprits) and \
-                    js.steps.ratio.get(r, bound) < bound:
+                    js.steps.ratio.get(r, bound) < bound and not (
+                        self._phases_blind(js, r) and ev.get("ratio", 1.0) >= self._named_ratio(js, culprits)):
                 out.append(r)
         return out
+
+    @staticmethod
+    def _named_ratio(js: JobState, ranks: set[int]) -> float:
+        """The largest ratio the open slow-rank incidents naming any of `ranks` were found by."""
+        return max((float(inc.evidence.get("ratio", 1.0)) for inc in js.book.open.values()
+                    if inc.kind == "slow_rank" and ranks.intersection(inc.culprit_ranks)), default=1.0)
+
+    @staticmethod
+    def _phases_blind(js: JobState, rank: int) -> bool:
+        """Whether `rank`'s phases compare it only with peers that wait for it: every rank of
+        its pipeline stage is of its tensor-parallel group (no data parallelism), so they
+        wait for it inside their phases and it computes like them there, whatever it does.
+        Such a rank is taken for an echo only where it was found slower by less than the named
+        culprits (`_echoes`). Generator E's TP 8 x PP 4 job without DP drawn with SEED 6: its
+        1.3x last-stage rank 29, found right after a previous-stage victim (1.1x) was named,
+        was taken back as the victim's echo; drawn with 2, that victim, found 1.12x after 29,
+        is still its echo."""
+        c = js.coords.get(rank)
+        group = _tp_group(c)
+        if group is None:
+            return False
+        stage = c.get("pp", 0)
+        return all(_tp_group(q) == group for q in js.coords.values() if q.get("pp", 0) == stage)
 
     @staticmethod
     def _slow_among(js: JobState, ev: dict, culprits: set[int]) -> bool:

@@ -66,6 +66,21 @@ def test_a_rank_is_not_taken_to_wait_for_a_rank_of_another_stage(settings, gen_e
 
 
 @pytest.mark.parametrize("drill", [False, True])
+def test_a_culprit_whose_stage_is_one_tp_group_is_no_echo(settings, gen_e, monkeypatch, drill):
+    """The same layout drawn with 6: rank 21, whose pipeline partner is the 1.3x rank 29,
+    computes 1.1x its TP peers between its TP calls (its receives from 29 fall there) and was
+    named P3 first; 29, found 1.3x 0.7 s later, was taken back as its echo, its phases 1.01x:
+    its stage is one TP group, whose members wait for it inside their phases. A rank whose
+    stage holds no other group is never taken for an echo: 29 is named (21 stays named
+    too: left). Drill: the phases taken at their word, 29 never named."""
+    if drill:
+        monkeypatch.setattr(job_stage.JobStage, "_phases_blind", staticmethod(lambda js, rank: False))
+    cap, _ = gen_e("f07_last_stage_tp8", seed=6)
+    named = {r for ranks in slow_ranks_of(settings, cap) for r in ranks}
+    assert (29 in named) is not drill
+
+
+@pytest.mark.parametrize("drill", [False, True])
 def test_every_rank_of_a_launch_bound_node_is_named(settings, gen_e, monkeypatch, drill):
     """TP 8 x PP 2 x DP 4, GPU-timed: node-05's eight hosts launch-bound from 30 s (~1.3x),
     one TP group. Inside their TP calls they wait for the slowest of them, rank 41; but each
