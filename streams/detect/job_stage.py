@@ -43,7 +43,7 @@ from commwatch.streams.detect.comm_stage import QUIET_NS
 from commwatch.streams.detect.host_gate import HostGate
 from commwatch.streams.detect.incidents import IncidentBook
 from commwatch.streams.detect.slow import SlowTracker
-from commwatch.streams.detect.steps import LOCAL_LOSS, StepTracker, _tp_group
+from commwatch.streams.detect.steps import LOCAL_LOSS, StepTracker, tp_group
 
 TICK_NS = 250_000_000
 SLOW_EVAL_NS = 500_000_000
@@ -816,11 +816,11 @@ class JobStage:
         was taken back as the victim's echo; drawn with 2, that victim, found 1.12x after 29,
         is still its echo."""
         c = js.coords.get(rank)
-        group = _tp_group(c)
+        group = tp_group(c)
         if group is None:
             return False
         stage = c.get("pp", 0)
-        return all(_tp_group(q) == group for q in js.coords.values() if q.get("pp", 0) == stage)
+        return all(tp_group(q) == group for q in js.coords.values() if q.get("pp", 0) == stage)
 
     @staticmethod
     def _slow_among(js: JobState, ev: dict, culprits: set[int]) -> bool:

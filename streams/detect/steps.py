@@ -253,22 +253,22 @@ class StepTracker:
                     waiting.add(r)
                 groups_over: dict = {}
                 for r in over:
-                    groups_over.setdefault(_tp_group(coords.get(r)) or ("rank", r), []).append(r)
+                    groups_over.setdefault(tp_group(coords.get(r)) or ("rank", r), []).append(r)
                 # ... yet they stay in their group: a stalled member whose phase still holds waits
                 # for the group's slow member is not the slow one (generator C's 256-rank job
                 # drawn with 19000: rank 133 1.5x; its TP peer 132 stalled outside its phases
                 # once, its other peers waited for 132 in forward and were left out, and 132,
                 # 1.35x in forward for its waits on 133, stood alone and was named P3)
                 for r in waited if WAITED_IN_GROUP else ():
-                    if _tp_group(coords.get(r)) in groups_over:
-                        groups_over[_tp_group(coords.get(r))].append(r)
+                    if tp_group(coords.get(r)) in groups_over:
+                        groups_over[tp_group(coords.get(r))].append(r)
                 local = self._local_ratios(got, members) if groups_over else {}
                 apart = {g: [r for r in group if local.get(r, 0.0) >= 1 + self.slow_impact]
                          for g, group in groups_over.items()}
                 whole = {g for g, group in groups_over.items() if _whole(g, group, apart[g], local, members, coords)}
                 if len(groups_over) > max(1, STRAGGLER_SHARE * len(members)) and not (
                         all(len(a) == 1 or g in whole for g, a in apart.items())
-                        and 2 * len(groups_over) <= len({_tp_group(coords.get(r)) or r for r in members})):
+                        and 2 * len(groups_over) <= len({tp_group(coords.get(r)) or r for r in members})):
                     continue  # many slower, and not each shown slow by its own compute (at most half): waits
                 for g, group in groups_over.items():
                     if len(group) < 2:
@@ -348,7 +348,7 @@ class StepTracker:
             return
         groups: dict[tuple, list[int]] = {}
         for r in got:
-            g = _tp_group(coords.get(r))
+            g = tp_group(coords.get(r))
             if g is not None:
                 groups.setdefault(g, []).append(r)
 
@@ -416,7 +416,7 @@ class StepTracker:
         events there, which hold the collective kernels and their waits; on a host-blocking
         backend it leaves the time inside blocking collectives out of the phases, so a peer
         waiting for a slow rank is outside its phases meanwhile."""
-        g = _tp_group(coords.get(r))
+        g = tp_group(coords.get(r))
         if g is None or not self.device:
             return False
 
@@ -425,7 +425,7 @@ class StepTracker:
             return dur * 1e3 - sum(v for v in phases.values() if v > 0)
 
         mine = outside(r)
-        return any(q != r and _tp_group(coords.get(q)) == g and outside(q) - mine >= excess_ms / 2
+        return any(q != r and tp_group(coords.get(q)) == g and outside(q) - mine >= excess_ms / 2
                    and got[q][1].get(phase, 0.0) <= got[r][1].get(phase, 0.0) - excess_ms / 2 for q in members)
 
     def _judge_local(self, it: int, got: dict, coords: dict[int, dict], open_ranks: set[int], step: float) -> None:
@@ -515,10 +515,10 @@ def _whole(g: tuple, group: list[int], apart: list[int], local: dict[int, float]
         return False
     excess = [local[r] - 1.0 for r in group if r in local]
     return sorted(apart) == sorted(group) == sorted(
-        r for r in members if (_tp_group(coords.get(r)) or ("rank", r)) == g) and min(excess) >= WHOLE_ALIKE * max(excess)
+        r for r in members if (tp_group(coords.get(r)) or ("rank", r)) == g) and min(excess) >= WHOLE_ALIKE * max(excess)
 
 
-def _tp_group(c: dict | None) -> tuple | None:
+def tp_group(c: dict | None) -> tuple | None:
     """The ranks of one tensor-parallel group share every coordinate but `tp` (None: unknown)."""
     if not c or "tp" not in c:
         return None
