@@ -839,9 +839,10 @@ class SlowTracker:
         group computed 1.19-1.23x the other groups between its TP calls, a GPipe schedule's
         bubbles in them; two peers, found 1.13-1.15x in their pipeline comms to the culprit's
         1.26x, seemed slow themselves and were named with it)."""
-        waits = {r: self._slower_peers(r, found.keys(), long) | self._outpaced_by(r, found, long)
-                 for r, ev in found.items() if r not in grouped and ev.get("signal") == "collectives"}
-        return [r for r, qs in waits.items() if (not found[r].get("slow_itself") or self._outpaced_by(r, found, long))
+        outpaced = {r: self._outpaced_by(r, found, long) for r, ev in found.items()
+                    if r not in grouped and ev.get("signal") == "collectives"}
+        waits = {r: self._slower_peers(r, found.keys(), long) | qs for r, qs in outpaced.items()}
+        return [r for r, qs in waits.items() if (not found[r].get("slow_itself") or outpaced[r])
                 and any(r not in waits.get(q, ()) or found[q]["ratio"] > found[r]["ratio"] for q in qs)]
 
     def _outpaced_by(self, rank: int, found: dict[int, dict], long: dict[str, dict[int, tuple]]) -> set[int]:
