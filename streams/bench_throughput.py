@@ -54,7 +54,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from commwatch import topics
+from commwatch import collector, topics
 from commwatch.capture import CaptureWriter
 from commwatch.decode import decode_messages
 from commwatch.producers.simulate import JobSpec, parse_fault, simulate
@@ -105,6 +105,7 @@ def replay_run(settings: Settings, ranks: int, records: float) -> dict:
     gen_s = time.perf_counter() - t0
     chunks = [msgs[i:i + CHUNK] for i in range(0, len(msgs), CHUNK)]
     gc.collect()
+    collector.settle()  # as `commwatch replay` does once its capture is read
     c0 = time.process_time()
     decoded = [d for chunk in chunks for d in decode_messages(chunk, settings.max_message_bytes)]
     decode_cpu = time.process_time() - c0

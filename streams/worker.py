@@ -16,7 +16,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from commwatch import discovery
+from commwatch import collector, discovery
 from commwatch.kafka import ensure_topics
 from commwatch.metrics import StreamMetrics, serve
 from commwatch.settings import Settings
@@ -50,6 +50,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     log.info("alert ledger: %d events read, %d incidents open", known, ledger.open_count())
     pipeline = Pipeline(settings, metrics, ledger)
     app = create_app(settings, pipeline, liveness, keeper)
+    collector.settle()
     worker = faust.Worker(app, loglevel=settings.log_level, quiet=True, redirect_stdouts=False)
     worker.spinner = None
     metrics.up.set(1)

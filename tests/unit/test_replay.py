@@ -2,10 +2,12 @@
 
 import io
 import json
+import subprocess
+import sys
 
 import pytest
 
-from commwatch import topics
+from commwatch import collector, topics
 from commwatch.capture import CaptureWriter, Message, read_sorted
 from commwatch.cli import main
 from commwatch.decode import decode_messages
@@ -67,6 +69,21 @@ def test_replay_cli_exit_codes(settings, tmp_path, capsys):
     assert "records/s" in captured.err
     assert main(["replay", str(tmp_path / "missing.cwcap")]) == 1
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_replay_in_its_own_process_settles_the_collector(settings, tmp_path):
+    """`commwatch replay` freezes the capture it read and spaces collections out
+    (`collector.settle`); the alerts are those of an unsettled replay."""
+    path = tmp_path / "hang.cwcap"
+    _hang_capture(settings, path)
+    code = ("import gc, sys; from commwatch.cli import main; main(['replay', sys.argv[1]]); "
+            "print(gc.get_threshold()[0], gc.get_freeze_count() > 0)")
+    run = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
+    lines = run.stdout.splitlines()
+    assert lines[-1] == f"{collector.YOUNG} True", run.stderr
+    out = io.StringIO()
+    replay(str(path), settings, out, io.StringIO())
+    assert lines[:-1] == out.getvalue().splitlines()
 
 
 @pytest.mark.parametrize("drill", [False, True])
