@@ -37,6 +37,7 @@ PHASES = ("forward_ms", "backward_ms")
 LOCAL_PHASE = "optimizer_ms"  # tensor-parallel peers compute it apart (no TP collective waits in it)
 KEPT_PHASES = PHASES + (LOCAL_PHASE,)
 WAITED_IN_GROUP = True  # TP peers that waited in a phase for a stalled member still count in its group (`_judge`)
+PEERS_WAIT_INSIDE = True  # a member apart in its own compute, whose TP peers alone are slower in a phase, takes their ratio (`_judge`)
 STRAGGLER_SHARE = 0.1  # a phase in which more ranks than this share are slow holds waits
 PHASE_MIN_SHARE = 0.1  # a phase shorter than this share of the step cannot slow the job (noise)
 UNIFORM = 1.15  # phases stretched alike (largest ratio over smallest at most this): a slower device
@@ -216,6 +217,7 @@ class StepTracker:
         groups_of: dict[int, tuple] = {}  # ranks of a tensor-parallel group slow as a whole
         waiting: set[int] = set()  # ranks whose slower phase is a wait on their group's slow member
         picked: dict[int, float] = {}  # a rank told from its slower TP group by its `LOCAL_PHASE` ratio alone
+        borrowed: set[int] = set()  # ... not slower itself in the phase: its peers' ratio in it (they wait for it)
         spread: dict[tuple[int, str], float] = {}
         for phase in PHASES:
             vals = {r: p[phase] for r, (_, p, _) in got.items() if p and p.get(phase, 0) > 0}
@@ -266,6 +268,24 @@ class StepTracker:
                 apart = {g: [r for r in group if local.get(r, 0.0) >= 1 + self.slow_impact]
                          for g, group in groups_over.items()}
                 whole = {g for g, group in groups_over.items() if _whole(g, group, apart[g], local, members, coords)}
+                # the slow member of a TP group need not be slower in the phase itself: its peers
+                # wait for it inside their TP calls, it does not (generator E's 1.25x rank of a TP 8
+                # x DP 16 job under a host-enqueue probe, drawn with 7: its seven peers 1.14x in
+                # forward, it 1.06x, under `slow_impact`; only it computed its optimizer step
+                # slower, 1.17x; named nobody). Alone apart there while every other member is
+                # slower in the phase, it is the group's slow member, slower by its peers' ratio
+                # (what the group loses waiting on it)
+                for g, group in groups_over.items() if PEERS_WAIT_INSIDE else ():
+                    if apart[g] or g in whole:
+                        continue
+                    mates = [r for r in members if tp_group(coords.get(r)) == g]
+                    own = [r for r in mates if r not in group and r in ratios and local.get(r, 0.0) >= 1 + self.slow_impact]
+                    if len(own) == 1 and len(group) + 1 == len(mates):  # every other member slower in the phase
+                        top = max(ratios[q][0] for q in group if q in ratios)
+                        ratios[own[0]] = (max(top, ratios[own[0]][0]), ratios[own[0]][1])
+                        borrowed.add(own[0])
+                        group.append(own[0])
+                        apart[g] = own
                 if len(groups_over) > max(1, STRAGGLER_SHARE * len(members)) and not (
                         all(len(a) == 1 or g in whole for g, a in apart.items())
                         and 2 * len(groups_over) <= len({tp_group(coords.get(r)) or r for r in members})):
@@ -311,7 +331,8 @@ class StepTracker:
             step_ms = got[r][0] * 1e3
             out[r] = {"ratio": round(ratio, 3), "slowdown": round(ratio - 1.0, 3), "iteration": it, "phase": phase,
                       "phase_ms": round(mine, 3), "peers_phase_ms": round(ref, 3),
-                      "impact": round(min(1.0, (mine - ref) / step_ms), 4) if step_ms > 0 else 0.0,
+                      "impact": round(min(1.0, ((ratio - 1.0) * ref if r in borrowed else mine - ref) / step_ms), 4)
+                      if step_ms > 0 else 0.0,
                       "onset_ns": int(onset - step * 1e9), "signal": "phases"}
             if r in groups_of:
                 out[r]["group"] = "tp:" + ",".join(f"{k}={v}" for k, v in groups_of[r])

@@ -73,6 +73,30 @@ def test_a_slow_tensor_parallel_group_is_told_apart_by_the_phase_its_members_com
     assert unlike == {}
 
 
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_slow_member_whose_tp_peers_wait_for_it_inside_a_phase_is_named_by_their_ratio(monkeypatch, drill):
+    """Rank 5 computes 1.3x slower: its TP peer 4 waits for it inside forward (1.3x there), 5
+    itself not (1.05x, under `slow_impact`); its optimizer step, computed apart, is 1.3x, and
+    so is that of its data-parallel peers (1, 3, 7), which wait for it in the distributed
+    optimizer's all-gather (generator E's TP 8 x DP 16 job under a host-enqueue probe). Rank 5
+    alone of its group is slower in its own compute: named, at its peers' ratio. While 5's own
+    compute is like the others', its peer 4 is the one slower (in forward), as before. Drill:
+    the rule set aside, 4 is named."""
+    if drill:
+        monkeypatch.setattr(steps, "PEERS_WAIT_INSIDE", False)
+
+    def phases(r, it, local=True):
+        late = it >= 4
+        fwd = {4: 1.3, 5: 1.05}.get(r, 1.0) if late else 1.0
+        return {"forward_ms": 300.0 * fwd, "backward_ms": 500.0,
+                "optimizer_ms": 52.0 if late and local and r % 2 == 1 else 40.0}
+
+    found = _run(phases)
+    assert set(found) == ({4} if drill else {5})
+    assert drill or (found[5]["phase"] == "forward_ms" and found[5]["ratio"] >= 1.25)
+    assert set(_run(lambda r, it: phases(r, it, local=False))) == {4}
+
+
 def test_a_job_resumed_from_a_checkpoint_warms_up_too():
     # iterations numbered from 5000: rank 5's first two are 2x slow in every phase (a cold
     # data loader, compilation), then it is like the others: nobody is named
