@@ -37,6 +37,7 @@ PHASES = ("forward_ms", "backward_ms")
 LOCAL_PHASE = "optimizer_ms"  # tensor-parallel peers compute it apart (no TP collective waits in it)
 KEPT_PHASES = PHASES + (LOCAL_PHASE,)
 WAITED_IN_GROUP = True  # TP peers that waited in a phase for a stalled member still count in its group (`_judge`)
+ONE_PER_GATHER = True  # of the members of one data-parallel group told apart by `LOCAL_PHASE`, only the slowest counts (`_judge`)
 PEERS_WAIT_INSIDE = True  # a member apart in its own compute, whose TP peers alone are slower in a phase, takes their ratio (`_judge`)
 STRAGGLER_SHARE = 0.1  # a phase in which more ranks than this share are slow holds waits
 PHASE_MIN_SHARE = 0.1  # a phase shorter than this share of the step cannot slow the job (noise)
@@ -217,6 +218,7 @@ class StepTracker:
         groups_of: dict[int, tuple] = {}  # ranks of a tensor-parallel group slow as a whole
         waiting: set[int] = set()  # ranks whose slower phase is a wait on their group's slow member
         picked: dict[int, float] = {}  # a rank told from its slower TP group by its `LOCAL_PHASE` ratio alone
+        local_of: dict[int, float] = {}  # `LOCAL_PHASE` ratios, where a phase had slower groups
         borrowed: set[int] = set()  # ... not slower itself in the phase: its peers' ratio in it (they wait for it)
         spread: dict[tuple[int, str], float] = {}
         for phase in PHASES:
@@ -265,6 +267,7 @@ class StepTracker:
                     if tp_group(coords.get(r)) in groups_over:
                         groups_over[tp_group(coords.get(r))].append(r)
                 local = self._local_ratios(got, members) if groups_over else {}
+                local_of.update(local)
                 apart = {g: [r for r in group if local.get(r, 0.0) >= 1 + self.slow_impact]
                          for g, group in groups_over.items()}
                 whole = {g for g, group in groups_over.items() if _whole(g, group, apart[g], local, members, coords)}
@@ -307,6 +310,28 @@ class StepTracker:
                     if ratio > self.ratio.get(r, 0.0):
                         self.ratio[r] = ratio
                         verdicts.setdefault(r, {})["_best"] = (ratio, ref, phase)
+        # the distributed optimizer's all-gather makes every member of a data-parallel group as
+        # slow in its optimizer step as the slowest: where every member is slower there, alike,
+        # `LOCAL_PHASE` points at the group, not the member. Where it tells several of them
+        # apart from their TP groups, the one whose group is slowest is slow (generator E's
+        # two 1.3x ranks of a TP 4 x PP 2 x DP 8 job, f17: culprit 11's data-parallel peer 51,
+        # whose TP group waits in the pipeline on the other culprit's, was named P3 at 1.1x
+        # beside 11's 1.2x); the others wait
+        by_gather: dict[tuple, list[int]] = {}
+        for r in picked if ONE_PER_GATHER else ():
+            key = dp_group(coords.get(r))
+            if r in self.ratio and key is not None:
+                by_gather.setdefault(key, []).append(r)
+        for key, members in by_gather.items():
+            peers = [q for q in local_of if dp_group(coords.get(q)) == key]
+            if len(members) < 2 or any(local_of[q] < 1 + self.slow_impact for q in peers):
+                continue  # not the group's gather: each computes apart slower itself
+            top = max(members, key=lambda q: (self.ratio[q], -q))
+            for r in members:
+                if r != top:
+                    del self.ratio[r]
+                    verdicts.pop(r, None)
+                    waiting.add(r)
         if spread:
             self.spread.append(spread)
         noise = self.noise()
@@ -537,6 +562,13 @@ def _whole(g: tuple, group: list[int], apart: list[int], local: dict[int, float]
     excess = [local[r] - 1.0 for r in group if r in local]
     return sorted(apart) == sorted(group) == sorted(
         r for r in members if (tp_group(coords.get(r)) or ("rank", r)) == g) and min(excess) >= WHOLE_ALIKE * max(excess)
+
+
+def dp_group(c: dict | None) -> tuple | None:
+    """The ranks of one data-parallel group share every coordinate but `dp` (None: unknown)."""
+    if not c or "dp" not in c:
+        return None
+    return tuple(sorted((k, v) for k, v in c.items() if k != "dp"))
 
 
 def tp_group(c: dict | None) -> tuple | None:

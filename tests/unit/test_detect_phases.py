@@ -97,6 +97,28 @@ def test_a_slow_member_whose_tp_peers_wait_for_it_inside_a_phase_is_named_by_the
     assert set(_run(lambda r, it: phases(r, it, local=False))) == {4}
 
 
+@pytest.mark.parametrize("drill", [False, True])
+def test_of_one_data_parallel_gather_only_the_slowest_groups_member_is_named(monkeypatch, drill):
+    """Rank 1 computes 1.4x slower: its TP peer 0 waits for it in forward. The TP group {4, 5}
+    is slower too (1.2x: it waits elsewhere, a pipeline). The distributed optimizer's all-gather
+    makes every member of the data-parallel group of 1 (1, 3, 5, 7) slower in its optimizer
+    step alike: it tells 1 apart from its group, and 5 from its group. Only 1, whose group is
+    slowest, is named. Each slower in its optimizer step alone (3 and 7 not: no gather), both
+    are (two stragglers). Drill: both named either way."""
+    if drill:
+        monkeypatch.setattr(steps, "ONE_PER_GATHER", False)
+
+    def phases(r, it, gather=True):
+        late = it >= 4
+        fwd = {0: 1.4, 1: 1.4, 4: 1.2, 5: 1.2}.get(r, 1.0) if late else 1.0
+        slow_local = r in (1, 5) or (gather and r % 2 == 1)
+        return {"forward_ms": 300.0 * fwd, "backward_ms": 500.0,
+                "optimizer_ms": 52.0 if late and slow_local else 40.0}
+
+    assert set(_run(phases)) == ({1, 5} if drill else {1})
+    assert set(_run(lambda r, it: phases(r, it, gather=False))) == {1, 5}
+
+
 def test_a_job_resumed_from_a_checkpoint_warms_up_too():
     # iterations numbered from 5000: rank 5's first two are 2x slow in every phase (a cold
     # data loader, compilation), then it is like the others: nobody is named
