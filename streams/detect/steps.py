@@ -277,14 +277,19 @@ class StepTracker:
                 # forward, it 1.06x, under `slow_impact`; only it computed its optimizer step
                 # slower, 1.17x; named nobody). Alone apart there while every other member is
                 # slower in the phase, it is the group's slow member, slower by its peers' ratio
-                # (what the group loses waiting on it)
-                for g, group in groups_over.items() if PEERS_WAIT_INSIDE else ():
+                # (what the group loses waiting on it). Only where the phases hold the TP calls'
+                # waits (`device`: CUDA events around NCCL kernels; a host-blocking backend's CPU
+                # phases leave them out, as in the gloo job whose TP pair's slow rank, 4x in
+                # forward, was passed over for its peer, whose optimizer step had been 1.15x)
+                for g, group in groups_over.items() if PEERS_WAIT_INSIDE and self.device else ():
                     if apart[g] or g in whole:
                         continue
                     mates = [r for r in members if tp_group(coords.get(r)) == g]
                     own = [r for r in mates if r not in group and r in ratios and local.get(r, 0.0) >= 1 + self.slow_impact]
-                    if len(own) == 1 and len(group) + 1 == len(mates):  # every other member slower in the phase
-                        top = max(ratios[q][0] for q in group if q in ratios)
+                    top = max((ratios[q][0] for q in group if q in ratios), default=0.0)
+                    # every other member slower in the phase, and its own step stretched by half
+                    # their excess at least (`OWN_SHARE`: a slower device stretches it too)
+                    if len(own) == 1 and len(group) + 1 == len(mates) and local[own[0]] - 1.0 >= OWN_SHARE * (top - 1.0):
                         ratios[own[0]] = (max(top, ratios[own[0]][0]), ratios[own[0]][1])
                         borrowed.add(own[0])
                         group.append(own[0])
