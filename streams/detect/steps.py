@@ -331,7 +331,11 @@ class StepTracker:
             peers = [q for q in local_of if dp_group(coords.get(q)) == key]
             if len(members) < 2 or any(local_of[q] < 1 + self.slow_impact for q in peers):
                 continue  # not the group's gather: each computes apart slower itself
-            top = max(members, key=lambda q: (self.ratio[q], -q))
+            # slowest over the kept iterations, this one's included (one iteration's jitter
+            # would hand it from one to the other and back, and each time reset the culprit's streak)
+            kept = [*self.spread, spread]
+            top = max(members, key=lambda q: (statistics.median(
+                [max((d[(q, ph)] for ph in PHASES if (q, ph) in d), default=1.0) for d in kept]), self.ratio[q], -q))
             for r in members:
                 if r != top:
                     del self.ratio[r]
