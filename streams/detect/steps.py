@@ -327,17 +327,17 @@ class StepTracker:
             key = dp_group(coords.get(r))
             if r in self.ratio and key is not None:
                 by_gather.setdefault(key, []).append(r)
-        for key, members in by_gather.items():
+        for key, rivals in by_gather.items():
             peers = [q for q in local_of if dp_group(coords.get(q)) == key]
-            if len(members) < 2 or any(local_of[q] < 1 + self.slow_impact for q in peers):
+            if len(rivals) < 2 or any(local_of[q] < 1 + self.slow_impact for q in peers):
                 continue  # not the group's gather: each computes apart slower itself
             # slowest over the kept iterations, this one's included (one iteration's jitter
             # would hand it from one to the other and back, and each time reset the culprit's streak)
             kept = [*self.spread, spread]
-            top = max(members, key=lambda q: (statistics.median(
+            slowest = max(rivals, key=lambda q: (statistics.median(
                 [max((d[(q, ph)] for ph in PHASES if (q, ph) in d), default=1.0) for d in kept]), self.ratio[q], -q))
-            for r in members:
-                if r != top:
+            for r in rivals:
+                if r != slowest:
                     del self.ratio[r]
                     verdicts.pop(r, None)
                     waiting.add(r)
