@@ -212,6 +212,12 @@ def _spread(r: np.ndarray) -> float:
     return float(1.4826 * np.median(np.abs(r - np.median(r))))
 
 
+def coords_but(c: dict, axis: str) -> tuple:
+    """A rank's coordinates but `axis`: alike for the ranks of its group along that axis
+    (its tensor-parallel peers for `tp`, its data-parallel ones for `dp`)."""
+    return tuple(sorted((k, v) for k, v in c.items() if k != axis))
+
+
 def dominant(found: dict[int, dict], keep: set[int] = frozenset()) -> dict[int, dict]:
     """Drop ranks whose excess is a small fraction of the largest one's: a large slowdown
     perturbs its victims (their schedules shift), and what they show is its echo, not a fault
@@ -697,8 +703,7 @@ class SlowTracker:
             if len(members) < 2:
                 continue
             # a rank's coordinates but `tp`: alike for its TP peers
-            place = {r: tuple(sorted((k, v) for k, v in coords[r].items() if k != "tp")) for r, _ in members
-                     if r in coords}
+            place = {r: coords_but(coords[r], "tp") for r, _ in members if r in coords}
             where = Counter(place.values())
             out.update((r, c) for r, c in members if r in place and 2 * (where[place[r]] - 1) >= len(members) - 1)
         return out

@@ -26,7 +26,7 @@ from collections import deque
 
 from commwatch.streams.detect.medians import RANGE_SIGMAS
 from commwatch.streams.detect.rank_model import FAST_RATIO, RankModel
-from commwatch.streams.detect.slow import dominant
+from commwatch.streams.detect.slow import coords_but, dominant
 
 KEEP_ITERATIONS = 8
 RECENT = 3  # the job's current step time: median of the last iterations
@@ -575,13 +575,9 @@ def _whole(g: tuple, group: list[int], apart: list[int], local: dict[int, float]
 
 def dp_group(c: dict | None) -> tuple | None:
     """The ranks of one data-parallel group share every coordinate but `dp` (None: unknown)."""
-    if not c or "dp" not in c:
-        return None
-    return tuple(sorted((k, v) for k, v in c.items() if k != "dp"))
+    return coords_but(c, "dp") if c and "dp" in c else None
 
 
 def tp_group(c: dict | None) -> tuple | None:
     """The ranks of one tensor-parallel group share every coordinate but `tp` (None: unknown)."""
-    if not c or "tp" not in c:
-        return None
-    return tuple(sorted((k, v) for k, v in c.items() if k != "tp"))
+    return coords_but(c, "tp") if c and "tp" in c else None
