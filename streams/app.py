@@ -42,7 +42,6 @@ re-announcing incidents that are already open (ids are stable).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import ssl
@@ -51,6 +50,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import faust
+import msgspec
 from faust.app.base import BootStrategy
 
 from commwatch import messages, topics
@@ -62,7 +62,7 @@ from commwatch.streams.poll_reader import PollReader
 from commwatch.streams.deadletter import error_headers
 from commwatch.streams.ledger import AlertLedger
 from commwatch.streams.liveness import Liveness, TopicKeeper
-from commwatch.streams.report_out import REPORTS, ReportOut
+from commwatch.streams.report_out import REPORTS, ReportOut, decode_bundle
 from commwatch.wire import WireError
 
 log = logging.getLogger(__name__)
@@ -273,8 +273,8 @@ class Pipeline:
 def decode_report(msg: Message) -> dict:
     """A bundle of stage-1 reports of one job from the internal topic; raises `WireError`."""
     try:
-        bundle = json.loads(msg.value)
-    except ValueError as exc:
+        bundle = decode_bundle(msg.value)
+    except (msgspec.DecodeError, ValueError) as exc:
         raise WireError("bad_json", f"report is not JSON ({exc})") from None
     if not isinstance(bundle, dict) or bundle.get("type") != "bundle" or not isinstance(bundle.get("job"), str) \
             or not isinstance(bundle.get("reports"), list):

@@ -17,6 +17,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import msgspec
+import numpy as np
+
 from commwatch import messages, topics
 from commwatch.kafka import Sender
 from commwatch.settings import Settings
@@ -26,6 +29,20 @@ log = logging.getLogger(__name__)
 
 REPORTS = "cw.internal.reports.v1"
 FULL_WAIT_S = 0.01  # a full local queue is retried this often
+
+
+def _plain(obj):
+    """A numpy scalar in a report as the Python number it holds (msgspec encodes no numpy)."""
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise TypeError(f"a report holds a {type(obj).__name__}")
+
+
+# The internal bundles with msgspec: a third of `json.dumps`'s time for a bundle of reports
+# (2-3 % of a loaded worker's CPU); the bytes are JSON all the same (exponents written `e-6`
+# where `json` writes `e-06`), and read back equal.
+_encode = msgspec.json.Encoder(enc_hook=_plain).encode
+decode_bundle = msgspec.json.Decoder().decode
 
 
 def bundles(reports: list[dict]) -> list[dict]:
@@ -56,7 +73,7 @@ class ReportOut:
 
     async def publish(self, reports: list[dict]) -> None:
         for bundle in bundles(reports):
-            await self._send(self.reports, bundle["job"], messages.dumps(bundle), bundle["ts_ns"])
+            await self._send(self.reports, bundle["job"], _encode(bundle), bundle["ts_ns"])
         for rep in reports:
             window = window_message(rep)
             if window is not None:
