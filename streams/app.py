@@ -333,8 +333,7 @@ def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None
     assigned_at: dict[Any, float] = {}
     creds = broker_credentials(settings)
     reader = PollReader(settings, [t.calls, t.progress], creds, group="commwatch-comm")
-    job_reader = PollReader(settings, [t.name(REPORTS), t.topology, t.steps, t.hw], creds, group="commwatch-job",
-                            by_range=True)
+    job_reader = PollReader(settings, [t.name(REPORTS), t.topology, t.steps, t.hw], creds, group="commwatch-job")
     report_out = ReportOut(settings)
 
     # Published messages carry their event time as the Kafka timestamp, like every input.

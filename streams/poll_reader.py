@@ -3,9 +3,15 @@ itself runs on), in the worker's own event loop: one reader for each half.
 
 - comm half: `cw.calls.v1` and `cw.progress.v1`, consumer group `<prefix>commwatch-comm`;
 - job half: `cw.internal.reports.v1`, `cw.topology.v1`, `cw.steps.v1` and `cw.hw.v1`, group
-  `<prefix>commwatch-job`, partitions assigned by range: the same partition number of each
-  topic goes to the same worker, so a job (key `{job}`, one partitioner everywhere) has its
-  reports, topology, steps and hw on one worker.
+  `<prefix>commwatch-job`.
+
+Partitions are assigned by range in both groups: the same partition number of each topic
+goes to the same worker, so a comm (key `{job}/{comm}`) has its calls and heartbeats on one
+worker, and a job (key `{job}`, one partitioner everywhere) its reports, topology, steps and
+hw. (Assigned round-robin over all the partitions of both topics, the comm half's split them
+whenever the workers did not divide the partitions evenly: three workers on four partitions
+each, one worker read a comm's calls and another its heartbeats, and both reported on it to
+stage 2.)
 
 faust hands every message to its agents as one event (conductor, queues, sensors, a task
 switch): about 190 us per message on the project's 2-core VM, more than the detector spends
@@ -45,16 +51,14 @@ RETRY_S = 1.0
 class PollReader:
     """One aiokafka consumer of `names` in consumer group `group` (with the topic prefix):
     `poll()` the records read, `processed` the last offset handed out per partition,
-    `assignment()`, `highwater(tp)`, `position(tp)`. `by_range`: partitions assigned by range
-    (the same partition numbers of every topic to one member)."""
+    `assignment()`, `highwater(tp)`, `position(tp)`. Partitions are assigned by range (the
+    same partition numbers of every topic to one member)."""
 
-    def __init__(self, settings: Settings, names: list[str], credentials: Any = None, *, group: str,
-                 by_range: bool = False):
+    def __init__(self, settings: Settings, names: list[str], credentials: Any = None, *, group: str):
         self.settings = settings
         self.names = names
         self.credentials = credentials
         self.group = settings.topics.name(group)
-        self.by_range = by_range
         self.consumer: Any = None
         self.processed: dict[Any, int] = {}
         self._committed_at = 0.0
@@ -63,7 +67,6 @@ class PollReader:
     async def start(self) -> None:
         from aiokafka import AIOKafkaConsumer
         from aiokafka.coordinator.assignors.range import RangePartitionAssignor
-        from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
         from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
         s = self.settings
@@ -81,7 +84,7 @@ class PollReader:
             max_partition_fetch_bytes=max(s.max_message_bytes + 4096, 4_194_304),
             fetch_max_bytes=max(s.max_message_bytes + 4096, 52_428_800),
             metadata_max_age_ms=5000,  # topics re-created after a broker restart are found soon
-            partition_assignment_strategy=(RangePartitionAssignor if self.by_range else RoundRobinPartitionAssignor,),
+            partition_assignment_strategy=(RangePartitionAssignor,),
             **credentials_to_aiokafka_auth(self.credentials),
         )
         await self.consumer.start()
