@@ -85,6 +85,13 @@ def ensure_topics(settings: Settings, bootstrap: str, names: Iterable[str] | Non
     return made
 
 
+def partition_counts(settings: Settings, bootstrap: str, names: Iterable[str], timeout_s: float = 15.0) -> dict[str, int]:
+    """How many partitions each of the topics `names` has (those that exist)."""
+    admin = AdminClient({**settings.kafka_config(bootstrap), "log_level": 0})
+    meta = admin.list_topics(timeout=timeout_s).topics
+    return {n: len(meta[n].partitions) for n in names if n in meta and meta[n].error is None}
+
+
 class Sender:
     """Produce without ever blocking: a full local queue drops the message and counts it."""
 

@@ -57,7 +57,7 @@ from commwatch import messages, topics
 from commwatch.capture import Message
 from commwatch.decode import CallBatch, decode_message, decode_messages
 from commwatch.metrics import StreamMetrics
-from commwatch.settings import Settings
+from commwatch.settings import Settings, SettingsError
 from commwatch.streams.poll_reader import PollReader
 from commwatch.streams.deadletter import error_headers
 from commwatch.streams.ledger import AlertLedger
@@ -76,6 +76,27 @@ HEALTH_EVERY_NS = 1_000_000_000  # a job's health snapshot is published this oft
 def stream_topics(settings: Settings) -> list[str]:
     """Every topic the worker needs to exist: the contract's and the internal ones."""
     return settings.topics.all() + [settings.topics.name(n) for n in (REPORTS, topics.WINDOWS, topics.HEALTH)]
+
+
+def check_partitions(settings: Settings) -> None:
+    """Each half's input topics must have one partition count: a comm's calls and heartbeats
+    (key `{job}/{comm}`), and a job's reports, topology, steps and hw (key `{job}`), land on
+    the same partition number of each only then, and partitions are assigned by range, the
+    same numbers to one worker (`poll_reader.py`). Topics made before the worker (a producer
+    that started first, on a broker that creates topics on first use with its own default)
+    may differ: the worker refuses to start, naming them, rather than split a comm or a job
+    between workers. Raises `SettingsError`."""
+    from commwatch.kafka import partition_counts
+
+    t = settings.topics
+    for half in ((t.calls, t.progress), (t.name(REPORTS), t.topology, t.steps, t.hw)):
+        counts = partition_counts(settings, settings.kafka_bootstrap, half)
+        if len(set(counts.values())) > 1:
+            listed = ", ".join(f"{n} has {c}" for n, c in counts.items())
+            raise SettingsError(
+                f"COMMWATCH_KAFKA_PARTITIONS: the topics a worker reads together must have one partition "
+                f"count ({listed}): give them all the largest (kafka-topics --alter --partitions N), or "
+                f"recreate them with COMMWATCH_KAFKA_PARTITIONS set, before starting workers")
 
 
 def broker_credentials(settings: Settings) -> Any:

@@ -1,7 +1,9 @@
 """`commwatch worker`: one live stream worker process (the faust app of `streams/app.py`).
 
 Start as many as the input topics have partitions; they share the work through the
-consumer group. Metrics are served on `COMMWATCH_METRICS_HOST:COMMWATCH_METRICS_PORT`
+consumer group. It refuses to start where the topics it reads together differ in their
+partition counts (`streams/app.py` `check_partitions`): a comm's calls and heartbeats, or a
+job's topics, would be split between workers. Metrics are served on `COMMWATCH_METRICS_HOST:COMMWATCH_METRICS_PORT`
 (`--set metrics_port=0` picks a free port), with `/livez` and `/readyz` beside them
 (`streams/liveness.py`). SIGTERM or Ctrl-C stops it cleanly.
 
@@ -33,11 +35,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     settings = discovery.with_kafka(settings, "commwatch worker")
     import faust
 
-    from commwatch.streams.app import Pipeline, create_app, stream_topics
+    from commwatch.streams.app import Pipeline, check_partitions, create_app, stream_topics
     from commwatch.streams.ledger import AlertLedger
 
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
     ensure_topics(settings, settings.kafka_bootstrap, stream_topics(settings))
+    check_partitions(settings)
     metrics = StreamMetrics()
     liveness = Liveness(settings.liveness_stall_s, name="worker")
     keeper = TopicKeeper(lambda: ensure_topics(settings, settings.kafka_bootstrap, stream_topics(settings)))
