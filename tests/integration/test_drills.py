@@ -166,7 +166,7 @@ def test_workers_started_together_on_a_fresh_broker_consume_every_partition(tmp_
     """Property: N workers started at the same moment on a broker with no topics (they create
     them themselves, concurrently) share every input partition among them and consume what
     is in each, all within STARTUP_S; every worker is ready then, and owns the same partition
-    numbers of each of the job half's topics."""
+    numbers of each of the job half's topics, and of the comm half's."""
     broker = EmbeddedBroker(log_path=tmp_path / "broker.log").start()
     s = Settings.load(env={}, kafka_bootstrap=broker.bootstrap, topic_prefix="m" + uuid.uuid4().hex[:8],
                       data_dir=str(tmp_path), kafka_partitions=4, metrics_port=0)
@@ -193,12 +193,14 @@ def test_workers_started_together_on_a_fresh_broker_consume_every_partition(tmp_
             assert time.monotonic() < deadline, (f"after {STARTUP_S} s: {consumed:.0f}/{sent} consumed, "
                                                  f"missing {sorted(wanted - owned)}, {answers}")
             time.sleep(0.5)
-        # the job half's topics are co-partitioned: a worker owns the same partition numbers of
-        # each, so a job's reports, topology, steps and hw (one key, one partitioner) meet there
-        job_topics = [s.topics.name(REPORTS), s.topics.topology, s.topics.steps, s.topics.hw]
-        for _, body in answers:
-            owns = {t: sorted(body.get("partitions", {}).get(t, [])) for t in job_topics}
-            assert len({tuple(ps) for ps in owns.values()}) == 1, owns
+        # each half's topics are co-partitioned: a worker owns the same partition numbers of
+        # each, so a job's reports, topology, steps and hw (one key, one partitioner) meet there,
+        # and so do a comm's calls and heartbeats
+        for together in ([s.topics.name(REPORTS), s.topics.topology, s.topics.steps, s.topics.hw],
+                         [s.topics.calls, s.topics.progress]):
+            for _, body in answers:
+                owns = {t: sorted(body.get("partitions", {}).get(t, [])) for t in together}
+                assert len({tuple(ps) for ps in owns.values()}) == 1, owns
         print(f"{workers} workers on a fresh broker: every partition assigned and consumed "
               f"{time.monotonic() - t0:.1f} s after start")
     finally:
