@@ -50,7 +50,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import faust
-import msgspec
 from faust.app.base import BootStrategy
 
 from commwatch import messages, topics
@@ -89,10 +88,11 @@ def check_partitions(settings: Settings) -> None:
     from commwatch.kafka import partition_counts
 
     t = settings.topics
-    for half in ((t.calls, t.progress), (t.name(REPORTS), t.topology, t.steps, t.hw)):
-        counts = partition_counts(settings, settings.kafka_bootstrap, half)
-        if len(set(counts.values())) > 1:
-            listed = ", ".join(f"{n} has {c}" for n, c in counts.items())
+    halves = ((t.calls, t.progress), (t.name(REPORTS), t.topology, t.steps, t.hw))
+    counts = partition_counts(settings, settings.kafka_bootstrap, [n for half in halves for n in half])
+    for half in halves:
+        if len({counts[n] for n in half if n in counts}) > 1:
+            listed = ", ".join(f"{n} has {counts[n]}" for n in half if n in counts)
             raise SettingsError(
                 f"COMMWATCH_KAFKA_PARTITIONS: the topics a worker reads together must have one partition "
                 f"count ({listed}): give them all the largest (kafka-topics --alter --partitions N), or "
@@ -295,7 +295,7 @@ def decode_report(msg: Message) -> dict:
     """A bundle of stage-1 reports of one job from the internal topic; raises `WireError`."""
     try:
         bundle = decode_bundle(msg.value)
-    except (msgspec.DecodeError, ValueError) as exc:
+    except ValueError as exc:  # msgspec's DecodeError is one
         raise WireError("bad_json", f"report is not JSON ({exc})") from None
     if not isinstance(bundle, dict) or bundle.get("type") != "bundle" or not isinstance(bundle.get("job"), str) \
             or not isinstance(bundle.get("reports"), list):

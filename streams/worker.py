@@ -3,9 +3,10 @@
 Start as many as the input topics have partitions; they share the work through the
 consumer group. It refuses to start where the topics it reads together differ in their
 partition counts (`streams/app.py` `check_partitions`): a comm's calls and heartbeats, or a
-job's topics, would be split between workers. Metrics are served on `COMMWATCH_METRICS_HOST:COMMWATCH_METRICS_PORT`
-(`--set metrics_port=0` picks a free port), with `/livez` and `/readyz` beside them
-(`streams/liveness.py`). SIGTERM or Ctrl-C stops it cleanly.
+job's topics, would be split between workers. Metrics are served on
+`COMMWATCH_METRICS_HOST:COMMWATCH_METRICS_PORT` (`--set metrics_port=0` picks a free port),
+with `/livez` and `/readyz` beside them (`streams/liveness.py`). SIGTERM or Ctrl-C stops it
+cleanly.
 
 A broker that restarts empty (the embedded one keeps everything in memory) is survived
 without a restart: every few seconds the worker checks that its topics exist and
