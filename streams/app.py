@@ -268,10 +268,26 @@ class Pipeline:
         """Incidents worth publishing (not repeats), accounted in the metrics and the log."""
         out = []
         for inc in incidents:
+            inc = self._carried_on(inc)
             if self.ledger.admit(inc):
                 self.metrics.incident(inc)
                 out.append(inc)
         return out
+
+    def _carried_on(self, inc: dict) -> dict:
+        """An incident a restarted detector re-found under a new id (`AlertLedger.adopted`) as
+        the one open before: its id and opening time, at the higher severity. Said again, it
+        repeats that one (the ledger drops it), or, more severe now, updates it."""
+        before = self.ledger.adopted(inc)
+        if before is None:
+            return inc
+        was = before.get("severity") or inc["severity"]
+        opened = int(before.get("opened_ns") or inc["opened_ns"])
+        if not self.detector.adopt(inc["job"], inc["incident"], before["incident"], opened, was):
+            return inc
+        sev = min(inc["severity"], was)
+        return {**inc, "incident": before["incident"], "opened_ns": opened, "severity": sev,
+                "status": "update" if sev != was else "open"}
 
     def health(self) -> list[dict]:
         """Snapshots of the jobs whose stage 2 runs here and whose last one is a period old

@@ -1,11 +1,15 @@
 """What has been said on `cw.alerts.v1`, so a restarted worker repeats nothing.
 
 Detector state lives in memory and is rebuilt from heartbeats after a restart; the
-rebuilt detector then re-opens incidents that were already open before. Incident ids are
-stable (the detector derives them from the job, kind, communicator and sequence), so the
-worker reads the alerts topic once at start, remembers the last status of every incident,
-and drops an event that would only repeat it: no incident is lost (a resolution still goes
-out) and none is duplicated.
+rebuilt detector then re-opens incidents that were already open before. The worker reads
+the alerts topic once at start, remembers the last status of every incident, and drops an
+event that would only repeat it: no incident is lost (a resolution still goes out) and none
+is duplicated. A hang's id is stable (the job, the communicator and the sequence); a slow
+rank's, a lost node's or a slowdown's carries the time it opened, so the rebuilt detector
+names it anew: an `open` of an id never seen, for the job, kind and culprits of an incident
+still open that this process did not open, is that incident (`adopted`): the worker carries
+on under its id (a restart while a slow rank was named opened a second incident for it, and
+the first never resolved).
 
 >>> led = AlertLedger()
 >>> led.admit({"incident": "j-hang-1", "status": "open"})
@@ -41,9 +45,41 @@ class AlertLedger:
     def __init__(self) -> None:
         self.last: dict[str, str] = {}
         self.suppressed = 0
+        self._open: dict[tuple, dict[str, Any]] = {}  # (job, kind, culprits) -> the last event of an open incident
+        self._mine: set[str] = set()  # ids this process opened
+
+    @staticmethod
+    def _match(inc: dict[str, Any]) -> tuple | None:
+        """What names an incident across a restart: its job, kind and culprit ranks (its nodes
+        where it names no rank: a lost node); None where it names neither."""
+        ranks, nodes = inc.get("culprit_ranks") or (), inc.get("culprit_nodes") or ()
+        if not ranks and not nodes:
+            return None
+        return inc.get("job"), inc.get("kind"), tuple(sorted(ranks)), () if ranks else tuple(sorted(nodes))
+
+    def _track(self, inc: dict[str, Any]) -> None:
+        iid = inc.get("incident", "")
+        for key in [k for k, ev in self._open.items() if ev.get("incident") == iid]:
+            del self._open[key]
+        key = self._match(inc)
+        if inc.get("status") != "resolved" and key is not None:
+            self._open[key] = inc
 
     def note(self, inc: dict[str, Any]) -> None:
         self.last[inc.get("incident", "")] = inc.get("status", "")
+        self._track(inc)
+
+    def adopted(self, inc: dict[str, Any]) -> dict[str, Any] | None:
+        """For the `open` of an incident id never seen: the last event of an incident still
+        open with the same job, kind and culprits that this process did not open (a restarted
+        worker's detector re-finding it), else None."""
+        if inc.get("status") != "open" or inc.get("incident", "") in self.last:
+            return None
+        key = self._match(inc)
+        before = self._open.get(key) if key is not None else None
+        if before is None or before.get("incident") in self._mine:
+            return None
+        return before
 
     def admit(self, inc: dict[str, Any]) -> bool:
         iid, status = inc.get("incident", ""), inc.get("status", "")
@@ -55,6 +91,9 @@ class AlertLedger:
                 log.info("incident %s is already %s; not repeated (%d repeats so far)", iid, before, self.suppressed)
             return False
         self.last[iid] = status
+        self._track(inc)
+        if status == "open":
+            self._mine.add(iid)
         return True
 
     def open_count(self) -> int:

@@ -394,6 +394,11 @@ class Detector:
             self.comm_stage.forget_job(job)
             return []
 
+    def adopt(self, job: str, iid: str, old_id: str, opened_ns: int, severity: str) -> bool:
+        """Carry the open incident `iid` of `job` on under `old_id` (`IncidentBook.adopt`)."""
+        js = self.job_stage.jobs.get(job)
+        return js is not None and js.book.adopt(iid, old_id, opened_ns, severity)
+
     # ------------------------------------------------------------------------------
     def jobs(self) -> list[str]:
         return sorted(self.job_stage.jobs)

@@ -97,5 +97,15 @@ class IncidentBook:
         inc.summary = f"{inc.summary} [resolved: {why}]"
         return self.event(inc, "resolved", now_ns)
 
+    def adopt(self, iid: str, old_id: str, opened_ns: int, severity: str) -> bool:
+        """The open incident `iid` is one said open before under `old_id` at `severity` (by this
+        job's stage 2 before a restart): it carries on under that id and opening time, at the
+        higher of the two severities (a severity only rises while open). Whether it was found."""
+        for inc in self.open.values():
+            if inc.id == iid:
+                inc.id, inc.opened_ns, inc.severity = old_id, opened_ns, min(inc.severity, severity)
+                return True
+        return False
+
     def of_kind(self, kind: str) -> list[Incident]:
         return [i for i in self.open.values() if i.kind == kind]
