@@ -171,21 +171,18 @@ def test_garbage_is_dead_lettered_and_the_stream_goes_on(live):
     assert proc.poll() is None
 
 
-def test_killed_worker_restarts_without_losing_or_repeating_incidents(broker, tmp_path):
-    """Drill: kill -9 mid-run, restart. Property: on cw.alerts.v1 the open hang is neither
-    lost (the restarted worker finds it again from the heartbeats) nor announced twice (its
-    alert ledger, read back from the alerts topic, knows it is open); no incident opens twice.
-    Without the ledger the restarted worker never logs the hang as already open and the
-    test fails."""
+def killed_midway(broker, tmp_path, tag: str, fault: str, opened_pred, duration_s: float, half_s: float):
+    """Drill: a worker fed a simulated job up to `half_s`, killed -9 once `opened_pred` sees its
+    incident on cw.alerts.v1, a second worker started and fed the rest. Returns the settings,
+    the incident the first worker opened and the second worker's process and log."""
     from commwatch.kafka import ensure_topics
 
-    s = Settings.load(env={}, kafka_bootstrap=broker.bootstrap, topic_prefix="r" + uuid.uuid4().hex[:8],
+    s = Settings.load(env={}, kafka_bootstrap=broker.bootstrap, topic_prefix=tag + uuid.uuid4().hex[:8],
                       data_dir=str(tmp_path), kafka_partitions=2, metrics_port=0)
     ensure_topics(s, broker.bootstrap, stream_topics(s))
-    sim = simulate(JobSpec(job="jrestart", tp=2, pp=2, dp=2, duration_s=36, step_s=0.5),
-                   [parse_fault("hang:rank=3,at=8s")])
-    msgs = list(sim.messages())
-    half = DEFAULT_START_NS + 18 * 10**9
+    msgs = list(simulate(JobSpec(job="j" + tag, tp=2, pp=2, dp=2, duration_s=duration_s, step_s=0.5),
+                         [parse_fault(fault)]).messages())
+    half = DEFAULT_START_NS + int(half_s * 10**9)
     sender = Sender(s, s.kafka_bootstrap)
 
     def send(part):
@@ -196,26 +193,68 @@ def test_killed_worker_restarts_without_losing_or_repeating_incidents(broker, tm
     first, _ = start_worker(s, tmp_path / "first.log")
     try:
         send([m for m in msgs if m.ts_ns < half])
-        opened, _ = wait_for(s, topics.ALERTS, is_hang_of("jrestart", 3))
+        opened, _ = wait_for(s, topics.ALERTS, opened_pred)
     finally:
         first.kill()
         first.wait(timeout=10)
-    hang_id = json.loads(opened.value())["incident"]
-    restarted = time.monotonic()
     second, _ = start_worker(s, tmp_path / "second.log")
+    send([m for m in msgs if m.ts_ns >= half])
+    return s, json.loads(opened.value()), second, tmp_path / "second.log"
+
+
+def wait_logged(proc, log, text: str, timeout_s: float = 60.0) -> bool:
+    """Whether `text` appears in the worker's log within `timeout_s` (the worker must live)."""
+    deadline = time.monotonic() + timeout_s
+    while text not in log.read_text():
+        assert proc.poll() is None, log.read_text()[-3000:]
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def test_killed_worker_restarts_without_losing_or_repeating_incidents(broker, tmp_path):
+    """Drill: kill -9 mid-run, restart. Property: on cw.alerts.v1 the open hang is neither
+    lost (the restarted worker finds it again from the heartbeats) nor announced twice (its
+    alert ledger, read back from the alerts topic, knows it is open); no incident opens twice.
+    Without the ledger the restarted worker never logs the hang as already open and the
+    test fails."""
+    restarted = time.monotonic()
+    s, opened, second, log = killed_midway(broker, tmp_path, "restart", "hang:rank=3,at=8s", is_hang_of("jrestart", 3),
+                                           36, 18)
+    hang_id = opened["incident"]
     try:
-        send([m for m in msgs if m.ts_ns >= half])
-        deadline = time.monotonic() + 60
-        while f"incident {hang_id} is already open" not in (tmp_path / "second.log").read_text():
-            assert time.monotonic() < deadline, (tmp_path / "second.log").read_text()
-            assert second.poll() is None
-            time.sleep(0.2)
-        print(f"restarted worker re-detected the open hang {time.monotonic() - restarted:.1f} s after restart")
+        assert wait_logged(second, log, f"incident {hang_id} is already open"), log.read_text()[-3000:]
+        print(f"restarted worker re-detected the open hang {time.monotonic() - restarted:.1f} s into the drill")
         # everything said about the job: one open of the hang, and no other incident opened twice
         events = [json.loads(v) for v in read_all(s, topics.ALERTS)]
         opens = [e["incident"] for e in events if e["status"] == "open"]
         assert opens.count(hang_id) == 1, events
         assert len(opens) == len(set(opens)), opens
+    finally:
+        second.terminate()
+        second.wait(timeout=30)
+
+
+def test_a_restarted_worker_carries_on_with_the_open_slow_rank_incident(broker, tmp_path):
+    """Drill: the same with a 1.6x rank, whose incident id carries the time it opened (a
+    hang's does not). Property: the restarted detector names the rank again, and the worker
+    carries on under the open incident's id (its ledger knows it open for that rank): one
+    open, no second incident for the rank. Before, it opened a second one, and the first
+    never resolved."""
+    def slow_open(msg) -> bool:
+        inc = json.loads(msg.value())
+        return inc["job"] == "jslow" and inc["kind"] == "slow_rank" and inc["status"] == "open" \
+            and inc["culprit_ranks"] == [5]
+
+    s, opened, second, log = killed_midway(broker, tmp_path, "slow", "slow:rank=5,factor=1.6,at=6s", slow_open, 40, 20)
+    try:
+        wait_logged(second, log, f"incident {opened['incident']} is already open")
+        time.sleep(3)
+        events = [json.loads(v) for v in read_all(s, topics.ALERTS)]
+        slow = [(e["incident"], e["status"], e["culprit_ranks"]) for e in events if e["kind"] == "slow_rank"]
+        assert {i for i, _, r in slow if r == [5]} == {opened["incident"]}, slow
+        assert [st for _, st, _ in slow].count("open") == 1, slow
     finally:
         second.terminate()
         second.wait(timeout=30)
