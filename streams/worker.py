@@ -50,7 +50,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(f"commwatch worker: metrics on http://{settings.metrics_host}:{port}/metrics "
               f"(liveness /livez, readiness /readyz)", flush=True)
     ledger = AlertLedger()
-    known = ledger.load(settings, settings.kafka_bootstrap)
+    known = ledger.load(settings, settings.kafka_bootstrap, follow=True)
     log.info("alert ledger: %d events read, %d incidents open", known, ledger.open_count())
     pipeline = Pipeline(settings, metrics, ledger)
     app = create_app(settings, pipeline, liveness, keeper)
@@ -64,4 +64,5 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return int(exc.code or 0)
     finally:
         metrics.up.set(0)
+        ledger.close()
     return 0
