@@ -178,6 +178,7 @@ class Pipeline:
         self.wall_ns = wall_ns
         self.jobs: set[str] = set()
         self.job_parts: dict[str, set] = {}  # job -> partitions its messages came from
+        self.comm_parts: dict[Any, set[tuple[str, int]]] = {}  # calls/progress partition -> (job, comm) read from it
         # at start-up, a partition not read yet: every job is held (from the start: a poll
         # may come before the first lag check, and a restarted worker's first poll may hold
         # one partition's heartbeats and not another's)
@@ -197,6 +198,28 @@ class Pipeline:
         if self.first_processed_s is None:
             self.first_processed_s = time.monotonic() - self.started
             log.info("first message processed %.2f s after the process started", self.first_processed_s)
+
+    def let_go(self, comm_now: set, job_now: set) -> None:
+        """The readers' assignments now: the comms read from a calls or progress partition
+        that is no longer this worker's, and the jobs none of whose reports, topology, steps
+        or hw partitions is, are dropped (`Detector.let_go`). An empty assignment (a rebalance
+        under way) drops nothing: partitions that come back keep their state."""
+        comms: set[tuple[str, int]] = set()
+        if comm_now:
+            for tp in [tp for tp in self.comm_parts if tp not in comm_now]:
+                comms |= self.comm_parts.pop(tp)
+        jobs = []
+        if job_now:
+            comm_topics = (self.settings.topics.calls, self.settings.topics.progress)
+            for job, tps in list(self.job_parts.items()):
+                mine = {tp for tp in tps if tp.topic not in comm_topics}
+                if mine and not mine & job_now:
+                    jobs.append(job)
+                    del self.job_parts[job]
+                    self.jobs.discard(job)
+        if comms or jobs:
+            log.info("partitions gone to another worker: %d comms and %d jobs let go", len(comms), len(jobs))
+            self.detector.let_go(comms, jobs)
 
     def held(self, job: str) -> bool:
         """At start-up, before every partition has delivered, nothing is concluded for any job
@@ -226,9 +249,11 @@ class Pipeline:
             errors.append(None)
             if type(d) is CallBatch:
                 records += d.count
-                job = d.job
+                job, comm = d.job, d.comm
             else:
-                job = d["job"]
+                job, comm = d["job"], int(d["comm"], 16)
+            if tp is not None:
+                self.comm_parts.setdefault(tp, set()).add((job, comm))
             got = seen.get((base, job, tp))
             if got is None:
                 seen[(base, job, tp)] = [1, msg.ts_ns]
@@ -504,6 +529,7 @@ def create_app(settings: Settings, pipeline: Pipeline, liveness: Liveness | None
             keeper.poll()
             liveness.problem = keeper.error
         pipeline.unread = unread
+        pipeline.let_go(reader.assignment(), job_reader.assignment())
         await publish_reports(pipeline.comm_tick())
         await publish_incidents(pipeline.job_tick(), wait=False)
         for snap in pipeline.health():

@@ -331,6 +331,12 @@ class CommStage:
         if not keys:
             self.forget_job(job)
 
+    def let_go(self, keys) -> None:
+        """Forget these comms at once, saying nothing (their input went to another worker)."""
+        for key in keys:
+            if key in self.comms:
+                self._drop(key)
+
     def _drop(self, key: tuple[str, int]) -> None:
         del self.comms[key]
         self._comm_reported.pop(key, None)

@@ -394,6 +394,17 @@ class Detector:
             self.comm_stage.forget_job(job)
             return []
 
+    def let_go(self, comms=(), jobs=()) -> None:
+        """Input partitions gone to another worker (a rebalance): the state of their comms
+        (stage 1) and jobs (stage 2) is dropped, and nothing is said of it (no wait goes on
+        being reported, no incident resolves for want of data): the worker that reads them now
+        rebuilds it and says what is so."""
+        self.comm_stage.let_go(comms)
+        for job in jobs:
+            self.job_stage.jobs.pop(job, None)
+            self.job_clocks.forget(job)
+        self._idle_until = 0
+
     def adopt(self, job: str, iid: str, old_id: str, opened_ns: int, severity: str) -> bool:
         """Carry the open incident `iid` of `job` on under `old_id` (`IncidentBook.adopt`)."""
         js = self.job_stage.jobs.get(job)
