@@ -69,6 +69,7 @@ log = logging.getLogger(__name__)
 TICK_S = 0.5
 STARTUP_GRACE_S = 30.0
 LAG_EVERY_S = 2.0
+LET_GO_S = 15.0  # a partition not assigned here this long went to another worker (`Pipeline.let_go`)
 HEALTH_EVERY_NS = 1_000_000_000  # a job's health snapshot is published this often (its event time)
 
 
@@ -179,6 +180,7 @@ class Pipeline:
         self.jobs: set[str] = set()
         self.job_parts: dict[str, set] = {}  # job -> partitions its messages came from
         self.comm_parts: dict[Any, set[tuple[str, int]]] = {}  # calls/progress partition -> (job, comm) read from it
+        self._away: dict[Any, float] = {}  # partition read before -> since when it is not assigned here (monotonic)
         # at start-up, a partition not read yet: every job is held (from the start: a poll
         # may come before the first lag check, and a restarted worker's first poll may hold
         # one partition's heartbeats and not another's)
@@ -199,21 +201,30 @@ class Pipeline:
             self.first_processed_s = time.monotonic() - self.started
             log.info("first message processed %.2f s after the process started", self.first_processed_s)
 
-    def let_go(self, comm_now: set, job_now: set) -> None:
+    def let_go(self, comm_now: set, job_now: set, mono: float | None = None) -> None:
         """The readers' assignments now: the comms read from a calls or progress partition
-        that is no longer this worker's, and the jobs none of whose reports, topology, steps
-        or hw partitions is, are dropped (`Detector.let_go`). An empty assignment (a rebalance
-        under way) drops nothing: partitions that come back keep their state."""
+        that has not been this worker's for `LET_GO_S`, and the jobs none of whose reports,
+        topology, steps or hw partitions has, are dropped (`Detector.let_go`). A partition
+        away for less (a rebalance under way, an assignment not yet whole), or an empty
+        assignment, drops nothing: partitions that come back keep their state."""
+        mono = time.monotonic() if mono is None else mono
+        held = comm_now | job_now
+        for tp in held:
+            self._away.pop(tp, None)
+
+        def gone(tp) -> bool:
+            return mono - self._away.setdefault(tp, mono) >= LET_GO_S
+
         comms: set[tuple[str, int]] = set()
         if comm_now:
-            for tp in [tp for tp in self.comm_parts if tp not in comm_now]:
+            for tp in [tp for tp in self.comm_parts if tp not in comm_now and gone(tp)]:
                 comms |= self.comm_parts.pop(tp)
         jobs = []
         if job_now:
             comm_topics = (self.settings.topics.calls, self.settings.topics.progress)
             for job, tps in list(self.job_parts.items()):
                 mine = {tp for tp in tps if tp.topic not in comm_topics}
-                if mine and not mine & job_now:
+                if mine and not mine & job_now and all([gone(tp) for tp in mine]):
                     jobs.append(job)
                     del self.job_parts[job]
                     self.jobs.discard(job)

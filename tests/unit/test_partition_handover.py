@@ -9,7 +9,7 @@ from commwatch import topics
 from commwatch.capture import Message
 from commwatch.metrics import StreamMetrics
 from commwatch.producers.simulate import JobSpec, parse_fault, simulate
-from commwatch.streams.app import REPORTS, Pipeline
+from commwatch.streams.app import LET_GO_S, REPORTS, Pipeline
 from commwatch.streams.report_out import _encode, bundles
 
 
@@ -43,13 +43,18 @@ def test_comms_and_jobs_of_partitions_gone_elsewhere_are_let_go_silently(setting
     comms = set(det.comm_stage.comms)
     on0 = {k for k in comms if part_of(f"j/{k[1]:016x}") == 0}
     assert on0 and on0 != comms
-    pipe.let_go(set(), set())  # a rebalance under way: nothing assigned for now, nothing let go
+    pipe.let_go(set(), set(), mono=0.0)  # a rebalance under way: nothing assigned for now, nothing let go
     assert set(det.comm_stage.comms) == comms and "j" in det.job_stage.jobs
-    pipe.let_go({TopicPartition(t.calls, 1), TopicPartition(t.progress, 1)},
-                {TopicPartition(t.name(REPORTS), 0), TopicPartition(t.topology, 0)})
-    assert set(det.comm_stage.comms) == comms - on0  # partition 0's comms went elsewhere
+    comm_now = {TopicPartition(t.calls, 1), TopicPartition(t.progress, 1)}
+    job_now = {TopicPartition(t.name(REPORTS), 0), TopicPartition(t.topology, 0)}
+    pipe.let_go(comm_now, job_now, mono=1.0)  # partition 0 of calls and progress away: for now
+    assert set(det.comm_stage.comms) == comms
+    pipe.let_go(comm_now, job_now, mono=1.0 + LET_GO_S)  # away long enough: gone elsewhere
+    assert set(det.comm_stage.comms) == comms - on0
     assert "j" in det.job_stage.jobs  # its job's partitions are still here
-    pipe.let_go({TopicPartition(t.calls, 1)}, {TopicPartition(t.name(REPORTS), 1)})
+    pipe.let_go(comm_now, {TopicPartition(t.name(REPORTS), 1)}, mono=100.0)
+    assert "j" in det.job_stage.jobs
+    pipe.let_go(comm_now, {TopicPartition(t.name(REPORTS), 1)}, mono=100.0 + LET_GO_S)
     assert "j" not in det.job_stage.jobs and "j" not in pipe.jobs
     # nothing is said of what was let go: no resolution for want of data, however long after
     assert det.job_tick(10**19) == [] and pipe.job_tick() == []
