@@ -53,8 +53,9 @@ class StreamMetrics:
     - `commwatch_stream_event_age_seconds` (gauge): wall clock minus the newest event time seen
       (how far the worker runs behind the producers; meaningful only for live producers).
     - `commwatch_stream_jobs_watched` (gauge): jobs with input in this worker's partitions.
-    - `commwatch_incidents_open{kind,severity}` (gauge): incidents this worker published as open
-      and has not resolved.
+    - `commwatch_incidents_open{kind,severity}` (gauge): incidents open in this worker's
+      detector: those it published as open and has not resolved, and those it found open
+      already (opened before its restart, or by the worker whose partitions it took over).
     - `commwatch_detection_delay_seconds{kind}` (histogram): event time from the fault's onset
       to the incident's `opened_ns`, as far as the incident's evidence tells the onset (see
       `detection_delay_s`); incidents that do not tell are not observed.
@@ -117,15 +118,19 @@ class StreamMetrics:
                 self.dropped.labels(reason=reason).inc(total - before)
             self._drops_seen[reason] = total
 
-    def incident(self, inc: dict[str, Any]) -> None:
-        """Account one published incident event (contract 2.6)."""
+    def incident(self, inc: dict[str, Any], published: bool = True) -> None:
+        """Account one incident event (contract 2.6). `published`: False for an `open` this
+        worker did not publish, since it is open already (said by an earlier run of it, or by
+        the worker whose partitions it took over): the incident is open here from now on (its
+        updates and resolution come from here), but no alert went out for it."""
         kind, severity, status = inc.get("kind", "?"), inc.get("severity", "?"), inc.get("status", "?")
-        self.alerts.labels(kind=kind, status=status).inc()
+        if published:
+            self.alerts.labels(kind=kind, status=status).inc()
         iid = inc.get("incident", "")
         before = self._open.pop(iid, None)
         if status != "resolved":
             self._open[iid] = (kind, severity)
-        if status == "open" and before is None:
+        if status == "open" and before is None and published:
             delay = detection_delay_s(inc)
             if delay is not None:
                 self.detection_delay.labels(kind=kind).observe(delay)

@@ -308,6 +308,8 @@ class Pipeline:
             if self.ledger.admit(inc):
                 self.metrics.incident(inc)
                 out.append(inc)
+            elif inc["status"] == "open":  # open already (said before a restart, or by another worker): carried on here
+                self.metrics.incident(inc, published=False)
         return out
 
     def _carried_on(self, inc: dict) -> dict:

@@ -57,6 +57,18 @@ def test_open_incidents_follow_open_update_resolve():
     assert m.registry.get_sample_value("commwatch_stream_alerts_total", {"kind": "hang", "status": "open"}) == 2
 
 
+def test_an_incident_found_open_already_counts_open_but_not_as_an_alert():
+    """A worker that took over another's partitions (or restarted) finds a hang open already:
+    it publishes nothing for it, yet carries it from now on (its updates, its resolution)."""
+    m = StreamMetrics()
+    m.incident(inc("a", "hang", "open", evidence={"waited_s": 7.5}), published=False)
+    assert open_count(m, "hang", "P0") == 1
+    assert m.registry.get_sample_value("commwatch_stream_alerts_total", {"kind": "hang", "status": "open"}) is None
+    assert not m.registry.get_sample_value("commwatch_detection_delay_seconds_count", {"kind": "hang"})
+    m.incident(inc("a", "hang", "resolved"))
+    assert open_count(m, "hang", "P0") == 0
+
+
 def test_detection_delay_prefers_the_onset():
     assert detection_delay_s({"opened_ns": 12 * 10**9, "evidence": {"onset_ns": 2 * 10**9, "waited_s": 1}}) == 10
     assert detection_delay_s({"opened_ns": 1, "evidence": {"silent_s": 3.0}}) == 3.0
