@@ -65,6 +65,9 @@ IB_ERRORS_RECENT_NS = 60_000_000_000  # a node whose IB symbol errors rose this 
 PAUSE_STEPS = 5  # every rank idle this many of the job's iterations, nobody inside a call: a job-wide pause
 PAUSE_SLACK_STEPS = 3  # a comm's gaps over the pause's length by up to this many iterations are the pause's
 DATA_REPORTS = ("node", "window", "p2p_window")  # reports that only data (heartbeats, calls) cause
+HEARD_SLACK_NS = 1_500_000_000  # a comm's newest report (one a second, `comm_stage.COMM_REPORT_NS`, at ticks
+# half a second apart) tells its state up to this much after it (`JobStage.as_of`) ...
+BEHIND_MAX_NS = 15_000_000_000  # ... and a comm not reported this long is not waited for (its worker is gone)
 
 
 @dataclass
@@ -82,6 +85,7 @@ class JobState:
     node_joined_ns: int = 0  # when a node was last heard for the first time
     waits: dict[str, dict] = field(default_factory=dict)
     comms: dict[str, dict] = field(default_factory=dict)
+    heard: dict[str, int] = field(default_factory=dict)  # comm -> its newest comm/wait report's time (`as_of`)
     members: dict[str, set] = field(default_factory=dict)
     hw: dict[tuple[str, int], dict] = field(default_factory=dict)
     hw_since: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -135,6 +139,8 @@ class JobStage:
         t = rep["type"]
         if t in DATA_REPORTS:  # stage 1 reports comms and waits on its own ticks: not a sign of life
             self._touch(js, now_ns)
+        elif t in ("comm", "wait", "wait_clear") and rep["ts_ns"] > js.heard.get(rep["comm"], 0):
+            js.heard[rep["comm"]] = rep["ts_ns"]
         if t == "window":
             js.slow.window(rep)
             js.gate.window(rep)
@@ -489,28 +495,48 @@ class JobStage:
         limit = self.settings.node_lost_periods * self.settings.heartbeat_period_s * 1e9
         return {n for n, seen in js.node_seen.items() if now_ns - seen < limit}
 
+    def as_of(self, js: JobState, now_ns: int) -> int:
+        """Until when every comm of the job is known: its now, or the oldest newest report of
+        a comm (`heard`) and `HEARD_SLACK_NS` after it, if sooner. Comms are reported by the
+        workers whose partitions hold them: one that runs seconds behind the others reports
+        its comms as they were seconds ago, and judged at the job's now (the newest reports'
+        time) a rank that waits in one of those comms by now seems silent, and its peers in
+        the others seem to wait on it. Two workers, one 2 s behind the other, an 8-rank job
+        whose rank 3 hangs: a victim was named with it (its wait in a p2p comm of the worker
+        behind not reported yet), or the hang was never named (the comms of the worker behind
+        stale at the job's now). Comms every member left, or not reported for
+        `BEHIND_MAX_NS` (their worker gone, their partitions not taken over yet) are not waited for."""
+        oldest = now_ns
+        for c, h in js.heard.items():
+            if h < oldest and now_ns - h <= BEHIND_MAX_NS:
+                rep = js.comms.get(c)
+                if rep is None or not (rep.get("left") and len(rep["left"]) >= len(js.members.get(c, ()))):
+                    oldest = h
+        return min(now_ns, oldest + HEARD_SLACK_NS)
+
     def _hangs(self, js: JobState, now_ns: int, lost: set[str], out: list) -> None:
+        at = self.as_of(js, now_ns)  # what every comm's reports tell: waits and silences are judged then
         if not js.waits:
             js.analysis = None
             held = js.book.open.get(("hang",))
-            if held is not None and all(self.silent_since(js, r, now_ns) > held.opened_ns for r in held.culprit_ranks):
+            if held is not None and all(self.silent_since(js, r, at) > held.opened_ns for r in held.culprit_ranks):
                 # nobody waits any more and its roots progress again: over (a rank-0-only
                 # checkpoint longer than the threshold, a stall that ended), not after the quiet
                 # period, while the job has been running for that long already
                 out.extend(js.book.resolve(("hang",), now_ns, "its root ranks progress again"))
             return
-        reporting = self._reporting(js, now_ns)
+        reporting = self._reporting(js, at)
         if js.node_seen and not reporting:
             return  # nobody reports any more: the job ended or the pipeline lost it, not a hang
-        stale = self._stale(js, now_ns)
+        stale = self._stale(js, at)
         # a comm that never completed a call has no cadence yet: its first wait may be a long
         # first iteration (compilation, calls enqueued far ahead of the compute): warm-up
         warm = self.settings.hang_warmup_s * 1e9
         current = {c: w for c, w in js.waits.items() if c not in stale and (
-            js.comms.get(c, {}).get("done", True) or all(now_ns - i["since_ns"] >= warm for i in w["instances"]))}
+            js.comms.get(c, {}).get("done", True) or all(at - i["since_ns"] >= warm for i in w["instances"]))}
         thr, root_thr = js.threshold_ns, js.root_threshold_ns
         exited = self._exited(js)
-        stuck = self._stuck(js, now_ns)
+        stuck = self._stuck(js, at)
         # a rank that left one comm (destroyed, to be created anew under another id) still
         # waits and progresses in its others: gone only once it left them all. Generator D's
         # data-parallel comms re-created mid-run: every rank had left one, and none was waited on
@@ -526,7 +552,7 @@ class JobStage:
         # their sends completed, were eight comm_hangs (one P0 naming no rank), and the eight
         # dead ranks were never named
         done_by_peer = {i["entered"][0] for w in current.values() for i in w["instances"] if i.get("peer_done")}
-        an = waits.analyse(current, now_ns, min(thr, self.settings.hang_floor_s * 1e9),
+        an = waits.analyse(current, at, min(thr, self.settings.hang_floor_s * 1e9),
                            exited | set(stuck) | left | done_by_peer)
         js.analysis = an
         # comms with a call entered and not completed whose wait is not reported yet (it is,
@@ -545,7 +571,7 @@ class JobStage:
                 reason = "exited"
             elif r in stuck:
                 reason = "completion_stuck"
-            elif now_ns - self.silent_since(js, r, now_ns) >= root_thr:
+            elif at - self.silent_since(js, r, at) >= root_thr:
                 if r in inside or any(r in js.members.get(c, ()) for c in unreported):
                     continue  # maybe blocked in a call of it, behind someone else: not known hung yet
                 reason = "not_started" if r in an.not_started else "silent"
@@ -556,27 +582,27 @@ class JobStage:
             skip = exited | set(stuck) | left | inside | {r for w in current.values() for i in w["instances"]
                                                            for r in i["entered"]}
             skip.update(r for c in stale | unreported for r in js.members.get(c, ()))
-            roots.extend(self._died_with(js, now_ns, roots, skip, root_thr))
-        waited = now_ns - an.oldest_since_ns
+            roots.extend(self._died_with(js, at, roots, skip, root_thr))
+        waited = at - an.oldest_since_ns
         if ("hang",) in js.book.open:
             js.hang_waiters |= an.waiting
         else:
             js.hang_waiters = set(an.waiting)
-        roots, comm_roots = self._torn_down(js, now_ns, roots, an.comm_roots)
+        roots, comm_roots = self._torn_down(js, at, roots, an.comm_roots)
         if roots:
-            self._assert_hang(js, now_ns, an, roots, waited, root_thr, out)
+            self._assert_hang(js, now_ns, at, an, roots, waited, root_thr, out)
         comm_roots = [x for x in comm_roots if not lost.intersection(js.comms.get(x.comm, {}).get("nodes", ()))
                       and set(js.comms.get(x.comm, {}).get("nodes") or ()) <= reporting
                       # a comm a member of which exited is no transport hang: the exit explains it
                       and not (exited & (set(x.entered) | js.members.get(x.comm, set())))
-                      and now_ns - x.since_ns >= thr
+                      and at - x.since_ns >= thr
                       # calls queued far ahead (host enqueue) wait behind compute while their
                       # ranks progress: a transport hang stops every member
-                      and all(now_ns - self.silent_since(js, r, now_ns) >= thr for r in x.entered)]
+                      and all(at - self.silent_since(js, r, at) >= thr for r in x.entered)]
         if comm_roots:
             x = min(comm_roots, key=lambda i: (i.since_ns, i.comm))
             nodes = sorted({n for i in comm_roots for n in js.comms.get(i.comm, {}).get("nodes", ())})
-            age = (now_ns - x.since_ns) / 1e9
+            age = (at - x.since_ns) / 1e9
             out.extend(js.book.assert_(
                 ("comm_hang",), now_ns, kind="comm_hang", severity="P0", culprit_ranks=[], culprit_nodes=nodes,
                 comm=x.comm,
@@ -648,10 +674,10 @@ class JobStage:
         """Whether `rank` was never seen waiting on a root while the open hang lasted."""
         return rank not in js.hang_waiters
 
-    def _assert_hang(self, js: JobState, now_ns: int, an: waits.Analysis, roots: list, waited: int, thr: float,
-                     out: list) -> None:
+    def _assert_hang(self, js: JobState, now_ns: int, at: int, an: waits.Analysis, roots: list, waited: int,
+                     thr: float, out: list) -> None:
         ranks = sorted(r for r, *_ in roots)
-        stuck = self._stuck(js, now_ns)
+        stuck = self._stuck(js, at)
         detail = []
         for r, reason, comm, seq, op, p2p in roots[:16]:
             d = {"rank": r, "reason": reason, "comm": comm, "seq": seq, "op": op, "p2p": p2p, "node": js.node_of.get(r)}
