@@ -181,6 +181,8 @@ class Pipeline:
         self.job_parts: dict[str, set] = {}  # job -> partitions its messages came from
         self.comm_parts: dict[Any, set[tuple[str, int]]] = {}  # calls/progress partition -> (job, comm) read from it
         self._away: dict[Any, float] = {}  # partition read before -> since when it is not assigned here (monotonic)
+        self._away_jobs: set[str] = set()  # jobs whose every partition is away, not let go yet: held
+        self._away_comms: set[tuple[str, str]] = set()  # (job, comm hex) read from a partition away: not reported
         # at start-up, a partition not read yet: every job is held (from the start: a poll
         # may come before the first lag check, and a restarted worker's first poll may hold
         # one partition's heartbeats and not another's)
@@ -206,7 +208,12 @@ class Pipeline:
         that has not been this worker's for `LET_GO_S`, and the jobs none of whose reports,
         topology, steps or hw partitions has, are dropped (`Detector.let_go`). A partition
         away for less (a rebalance under way, an assignment not yet whole), or an empty
-        assignment, drops nothing: partitions that come back keep their state."""
+        assignment, drops nothing: partitions that come back keep their state. Meanwhile
+        what is away is not judged: a job is held (`held`), a comm not reported
+        (`comm_tick`): no data of theirs comes here any more, and judged for want of it, a
+        hung job whose partitions went to a worker that joined was resolved "not seen for
+        10 s" here while the other carried it on, and this worker's stale reports of a comm
+        would reach the stage 2 that reads the other worker's fresh ones."""
         mono = time.monotonic() if mono is None else mono
         held = comm_now | job_now
         for tp in held:
@@ -217,17 +224,26 @@ class Pipeline:
 
         comms: set[tuple[str, int]] = set()
         if comm_now:
-            for tp in [tp for tp in self.comm_parts if tp not in comm_now and gone(tp)]:
-                comms |= self.comm_parts.pop(tp)
+            away: set[tuple[str, str]] = set()
+            for tp in [tp for tp in self.comm_parts if tp not in comm_now]:
+                if gone(tp):
+                    comms |= self.comm_parts.pop(tp)
+                else:
+                    away.update((job, f"{comm:016x}") for job, comm in self.comm_parts[tp])
+            self._away_comms = away
         jobs = []
         if job_now:
             comm_topics = (self.settings.topics.calls, self.settings.topics.progress)
+            self._away_jobs = set()
             for job, tps in list(self.job_parts.items()):
                 mine = {tp for tp in tps if tp.topic not in comm_topics}
-                if mine and not mine & job_now and all([gone(tp) for tp in mine]):
-                    jobs.append(job)
-                    del self.job_parts[job]
-                    self.jobs.discard(job)
+                if mine and not mine & job_now:
+                    if all([gone(tp) for tp in mine]):
+                        jobs.append(job)
+                        del self.job_parts[job]
+                        self.jobs.discard(job)
+                    else:
+                        self._away_jobs.add(job)
         if comms or jobs:
             log.info("partitions gone to another worker: %d comms and %d jobs let go", len(comms), len(jobs))
             self.detector.let_go(comms, jobs)
@@ -236,8 +252,9 @@ class Pipeline:
         """At start-up, before every partition has delivered, nothing is concluded for any job
         (a partial view). Later, a job whose input partition is behind is still judged: what
         stage 1 knows of a comm whose input is behind is stale (`seen_ns`), and stage 2 draws
-        no conclusion from stale comms."""
-        return self.unread
+        no conclusion from stale comms. A job whose every partition went to another worker
+        is held till it is let go (`let_go`)."""
+        return self.unread or job in self._away_jobs
 
     def comm_messages(self, items: list[tuple[str, Message, Any]],
                       learn: list[bool] | None = None) -> tuple[list[dict], list[WireError | None]]:
@@ -295,7 +312,10 @@ class Pipeline:
         return self.detector.job_feed(msg, decoded, self.wall_ns())
 
     def comm_tick(self) -> list[dict]:
-        return self.detector.comm_tick(self.wall_ns())
+        reports = self.detector.comm_tick(self.wall_ns())
+        if self._away_comms:  # comms of partitions gone elsewhere: the worker that reads them reports them
+            reports = [r for r in reports if (r["job"], r.get("comm")) not in self._away_comms]
+        return reports
 
     def job_tick(self) -> list[dict]:
         return self.detector.job_tick(self.wall_ns())
