@@ -79,6 +79,13 @@ class IncidentBook:
                 out.append(self._resolved(key, now_ns, "cleared", f"not seen for {inc.quiet_ns / 1e9:.0f} s"))
         return out
 
+    def keep(self, key: tuple, now_ns: int) -> None:
+        """The condition cannot be judged now (what shows it is not current): it is neither
+        seen again nor gone, and its quiet period starts anew."""
+        inc = self.open.get(key)
+        if inc is not None:
+            inc.last_seen_ns = now_ns
+
     def resolve(self, key: tuple, now_ns: int, why: str) -> list[dict]:
         """Resolve at once (the cause is visibly gone, e.g. a lost node is back: `why`)."""
         return [self._resolved(key, now_ns, "cleared", why)] if key in self.open else []

@@ -527,6 +527,7 @@ class JobStage:
             return
         reporting = self._reporting(js, at)
         if js.node_seen and not reporting:
+            js.book.keep(("hang",), now_ns)  # not known to be over either (`_ended` ends the job)
             return  # nobody reports any more: the job ended or the pipeline lost it, not a hang
         stale = self._stale(js, at)
         # a comm that never completed a call has no cadence yet: its first wait may be a long
@@ -591,6 +592,13 @@ class JobStage:
         roots, comm_roots = self._torn_down(js, at, roots, an.comm_roots)
         if roots:
             self._assert_hang(js, now_ns, at, an, roots, waited, root_thr, out)
+        elif ("hang",) in js.book.open and any(r in js.members.get(c, ()) for c in stale
+                                               for r in js.book.open[("hang",)].culprit_ranks):
+            # a comm of its roots is behind (its node's data late, a worker that took its
+            # partition over catching up): not known to progress again, the hang is kept
+            # open. Two workers, a hung job's partitions moving to the one that joined: its
+            # P0 resolved "not seen for 10 s", and opened again under its id once data came
+            js.book.keep(("hang",), now_ns)
         comm_roots = [x for x in comm_roots if not lost.intersection(js.comms.get(x.comm, {}).get("nodes", ()))
                       and set(js.comms.get(x.comm, {}).get("nodes") or ()) <= reporting
                       # a comm a member of which exited is no transport hang: the exit explains it

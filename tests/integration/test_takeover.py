@@ -108,3 +108,60 @@ def test_a_worker_taking_over_a_killed_workers_partitions_carries_its_open_hang_
                 proc.terminate()
         for proc, _, _ in workers:
             proc.wait(timeout=30)
+
+
+def test_a_worker_joining_takes_over_partitions_and_nothing_is_said_twice(broker, tmp_path):
+    """Drill: one worker holds two hung jobs (one on each partition); a second worker joins and
+    the group gives it one partition of every topic. Property: each hang opens once, names its
+    culprit alone, and is not resolved: the worker that gave a job away lets it go silently
+    (`LET_GO_S` after the rebalance) instead of resolving it for want of data, and the one that
+    took it carries it on (its ledger follows the alerts topic) and counts it open."""
+    s = Settings.load(env={}, kafka_bootstrap=broker.bootstrap, topic_prefix="tj" + uuid.uuid4().hex[:8],
+                      data_dir=str(tmp_path), kafka_partitions=2, metrics_port=0)
+    ensure_topics(s, broker.bootstrap, stream_topics(s))
+    jobs = {"jjoin": 3, "jmove": 5}  # their keys fall on partitions 0 and 1 (librdkafka: CRC32 of the key)
+    msgs = sorted((m for job, rank in jobs.items()
+                   for m in simulate(JobSpec(job=job, tp=2, pp=2, dp=2, duration_s=45, step_s=0.5),
+                                     [parse_fault(f"hang:rank={rank},at=8s")]).messages()), key=lambda m: m.ts_ns)
+    half = DEFAULT_START_NS + 20 * 10**9
+    sender = Sender(s, s.kafka_bootstrap)
+
+    def send(part):
+        for m in part:
+            sender.send(s.topics.name(m.topic), m.key, m.value, timestamp_ms=m.ts_ns // 1_000_000)
+        assert sender.flush(15) == 0
+
+    first, first_port = start_worker(s, tmp_path / "first.log")
+    second = None
+    try:
+        send([m for m in msgs if m.ts_ns < half])
+        ids = {}
+        for job, rank in jobs.items():
+            opened, _ = wait_for(s, topics.ALERTS, is_hang_of(job, rank))
+            ids[job] = json.loads(opened.value())["incident"]
+        second, second_port = start_worker(s, tmp_path / "second.log")
+        deadline = time.monotonic() + READY_S
+        while not (owned(first_port) and owned(second_port)):
+            assert time.monotonic() < deadline, "the joining worker got no partitions"
+            time.sleep(0.5)
+        send([m for m in msgs if m.ts_ns >= half])
+        assert wait_logged(first, tmp_path / "first.log", "partitions gone to another worker", timeout_s=40), \
+            (tmp_path / "first.log").read_text()[-3000:]
+        deadline = time.monotonic() + 20
+        while open_hangs(first_port) + open_hangs(second_port) < len(jobs):
+            assert time.monotonic() < deadline, (open_hangs(first_port), open_hangs(second_port))
+            time.sleep(0.3)
+        assert open_hangs(second_port) >= 1  # the job that moved is carried on where it went
+        events = [json.loads(v) for v in read_all(s, topics.ALERTS)]
+        for job, rank in jobs.items():
+            said = [(e["incident"], e["status"], e["culprit_ranks"]) for e in events if e["job"] == job]
+            assert {i for i, _, _ in said} == {ids[job]}, said
+            assert [st for _, st, _ in said].count("open") == 1 and "resolved" not in [st for _, st, _ in said], said
+            assert all(r == [rank] for _, _, r in said), said
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+        for proc in (first, second):
+            if proc is not None:
+                proc.wait(timeout=30)

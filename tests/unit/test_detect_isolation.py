@@ -51,11 +51,13 @@ def test_a_hung_job_gone_quiet_among_others_ends_for_want_of_data_not_cleared(se
     clocks run 60 s ahead: the FSDP job's messages end at 70 s (its heartbeats ran to
     then), the other's a minute later. Its P0 resolved 'cleared', 'not seen for 10 s', as if
     the hang had ended by itself; the job had only gone quiet. Now it stays open till the job
-    ends for want of data, and says so. Drill: a quiet job's incidents expire as before."""
-    from commwatch.streams.detect import job_stage
+    ends for want of data, and says so. Drill: a quiet job's incidents expire as before, and
+    a hang nobody reports for is not kept open (`IncidentBook.keep`)."""
+    from commwatch.streams.detect import incidents, job_stage
 
     if drill:
         monkeypatch.setattr(job_stage, "QUIET_JOB_PERIODS", float("inf"))
+        monkeypatch.setattr(incidents.IncidentBook, "keep", lambda self, key, now_ns: None)
     cap = tmp_path / "multi_hang_shifted_other.cwcap"
     subprocess.run([sys.executable, str(GEN_B), "multi_hang_shifted_other", str(cap)], check=True,
                    capture_output=True, env={**os.environ, "SEED": "9"})
