@@ -58,6 +58,7 @@ class RankModel:
         self.hot_since = 0
         self.streak = 0
         self.fast = 0
+        self.blind = 0  # windows of the `fast` run judged while the comm's spread was not known
         self.excess = (0.0, 0.0)  # the least and largest excess of a new window in the streak
         self.onset = 0
         self.ph = None
@@ -111,6 +112,7 @@ class RankModel:
             self.seen += 1
             drift = self._drift(short)
         thr = self.threshold()
+        unknown = noise is None
         noisy = noise is not None and noise > NOISY
         alone = noise is not None and not noisy  # one window decides only where its spread is known and small
         noise = noise or 0.0
@@ -122,24 +124,27 @@ class RankModel:
         if new and pause and not held:
             return None
         if new and alone and tail is not None and tail[0] >= fast and not held:
-            self.hot_since, self.streak, self.fast = tail[1], 1, 1
+            self.hot_since, self.streak, self.fast, self.blind = tail[1], 1, 1, 0
             return self.hot_since
         if held:
             if ratio >= 1.0 + self.impact / 2 or short >= thr:
                 return self.hot_since or stamp or now_ns
-            self.hot_since = self.streak = self.fast = 0
+            self.hot_since = self.streak = self.fast = self.blind = 0
             return None
         lasting = self._lasting(ratio >= thr_long and not (new and short < 1.0 + (thr_short - 1.0) / 2),
                                 new, start or stamp or now_ns, now_ns)
         if ratio < thr_long or (new and short < thr_short):
             if new or ratio < thr_long:
-                self.hot_since = self.streak = self.fast = 0
+                self.hot_since = self.streak = self.fast = self.blind = 0
             return lasting
         if not self.hot_since:
             self.hot_since = start or stamp or now_ns
         if new:
             self.streak += 1
-            self.fast = self.fast + 1 if short >= fast else 0
+            if short >= fast:
+                self.fast, self.blind = self.fast + 1, self.blind + int(unknown)
+            else:
+                self.fast = self.blind = 0
             x = short - 1.0
             self.excess = (x, x) if self.streak == 1 else (min(self.excess[0], x), max(self.excess[1], x))
         sustained = self.streak >= self.need and now_ns - self.hot_since >= self.min_ns
@@ -148,7 +153,10 @@ class RankModel:
         drifted = drift and self.streak >= (self.need if noisy else 2) and (
             self.excess[0] >= DRIFT_EVEN * self.excess[1])
         fast_need = MIN_STREAK + (NOISY_EXTRA if noisy else 0)  # noisy: far slower in one more window too
-        if sustained or self.fast >= fast_need or drifted or (new and alone and (steady and self.fast >= 1 or conclusive)):
+        # far slower in windows judged before the comm's spread was known counts only where it
+        # turns out small: generator B's healthy FSDP rank drawn with 18, 2-2.6x its peers'
+        # launch gaps in the job's first three windows, spread then known as 0.37, was named P2
+        if sustained or self.fast - (self.blind if noisy else 0) >= fast_need or drifted or (new and alone and (steady and self.fast >= 1 or conclusive)):
             return self.hot_since
         return lasting
 
@@ -182,7 +190,7 @@ class RankModel:
 
     def idle(self) -> None:
         """No ratio this evaluation (a comm stale or untimed): a streak does not carry over."""
-        self.streak = self.fast = 0
+        self.streak = self.fast = self.blind = 0
         self.hot_since = self.lasting_since = self.lasting_n = 0
 
 

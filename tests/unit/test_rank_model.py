@@ -44,6 +44,20 @@ def test_in_a_noisy_comm_two_far_slower_windows_do_not_decide_three_do():
         assert [quiet.update(1.6, s * 10**9, s * 10**9, short=1.6, noise=0.02) for s in (1, 2)] == [None, 10**9]
 
 
+def test_far_slower_windows_judged_before_the_spread_was_known_count_only_where_it_is_small():
+    """Generator B's healthy FSDP rank drawn with SEED 18: 2-2.6x its peers' launch gaps in
+    the job's first three windows, the first judged before the comm's spread was known (then
+    0.37), was named P2 on the third. Windows judged blind count toward the far-slower run
+    only where the spread turns out small."""
+    half = 5 * 10**8
+    for kind in ("numpy", "river"):
+        noisy, quiet = RankModel(kind, 0.1, 2), RankModel(kind, 0.1, 2)
+        got = [noisy.update(2.4, s * half, s * half, short=2.4, noise=None if s == 1 else 0.45) for s in (1, 2, 3, 4)]
+        assert got == [None, None, None, half]  # three windows with the spread known
+        got = [quiet.update(1.6, s * half, s * half, short=1.6, noise=None if s == 1 else 0.02) for s in (1, 2)]
+        assert got == [None, half]
+
+
 @pytest.mark.parametrize("drill", [False, True])
 def test_a_drift_is_a_change_that_lasts_not_a_spike_after_a_window_barely_hot(monkeypatch, drill):
     """A rank's normal ratio ~1.02 (noise 0.037); one window barely over the threshold (1.11),
