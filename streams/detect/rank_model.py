@@ -6,7 +6,8 @@ slowdown, and since when: two interchangeable models, chosen by the `slow_model`
   windows in a row and `SLOW_MIN_NS` of event time (a GC pause lasts one or two windows),
   or at once when >= `FAST_RATIO` in two new windows in a row (three where the comm's
   spread is over `NOISY`: in an FSDP comm whose windows stray 40 % from 1, some healthy rank
-  of 32 was far slower in two in a row now and then), or in one window in which
+  of 32 was far slower in two in a row now and then; windows judged before the spread was
+  known count there only where it turns out small: `blind`), or in one window in which
   it was slow in nearly every instance (`steady`: a pause lengthens one gap, not all), or
   in one window that the caller's own evidence makes conclusive (`conclusive`: an
   iteration whose phases are all stretched alike, `steps.py`), or at once on a window that
