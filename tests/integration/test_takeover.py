@@ -21,10 +21,10 @@ import uuid
 
 import pytest
 from test_drills import probe
-from test_worker_live import is_hang_of, read_all, start_worker, wait_for, wait_logged
+from test_worker_live import is_hang_of, read_all, sending, start_worker, wait_for, wait_logged
 
 from commwatch import topics
-from commwatch.kafka import Sender, ensure_topics
+from commwatch.kafka import ensure_topics
 from commwatch.producers.simulate import JobSpec, parse_fault, simulate
 from commwatch.producers.simulate.spec import DEFAULT_START_NS
 from commwatch.settings import Settings
@@ -54,13 +54,7 @@ def test_a_worker_taking_over_a_killed_workers_partitions_carries_its_open_hang_
     msgs = list(simulate(JobSpec(job="jtake", tp=2, pp=2, dp=2, duration_s=40, step_s=0.5),
                          [parse_fault("hang:rank=3,at=8s")]).messages())
     half = DEFAULT_START_NS + 20 * 10**9
-    sender = Sender(s, s.kafka_bootstrap)
-
-    def send(part):
-        for m in part:
-            sender.send(s.topics.name(m.topic), m.key, m.value, timestamp_ms=m.ts_ns // 1_000_000)
-        assert sender.flush(15) == 0
-
+    send = sending(s)
     workers = [start_worker(s, tmp_path / f"worker{i}.log") + (tmp_path / f"worker{i}.log",) for i in range(2)]
     try:
         deadline = time.monotonic() + READY_S
@@ -124,13 +118,7 @@ def test_a_worker_joining_takes_over_partitions_and_nothing_is_said_twice(broker
                    for m in simulate(JobSpec(job=job, tp=2, pp=2, dp=2, duration_s=45, step_s=0.5),
                                      [parse_fault(f"hang:rank={rank},at=8s")]).messages()), key=lambda m: m.ts_ns)
     half = DEFAULT_START_NS + 20 * 10**9
-    sender = Sender(s, s.kafka_bootstrap)
-
-    def send(part):
-        for m in part:
-            sender.send(s.topics.name(m.topic), m.key, m.value, timestamp_ms=m.ts_ns // 1_000_000)
-        assert sender.flush(15) == 0
-
+    send = sending(s)
     first, first_port = start_worker(s, tmp_path / "first.log")
     second = None
     try:

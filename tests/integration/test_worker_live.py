@@ -171,6 +171,18 @@ def test_garbage_is_dead_lettered_and_the_stream_goes_on(live):
     assert proc.poll() is None
 
 
+def sending(s: Settings):
+    """A function that sends messages to their topics (stamped with their event time) and
+    waits till the broker has them."""
+    sender = Sender(s, s.kafka_bootstrap)
+
+    def send(part) -> None:
+        for m in part:
+            sender.send(s.topics.name(m.topic), m.key, m.value, timestamp_ms=m.ts_ns // 1_000_000)
+        assert sender.flush(15) == 0
+    return send
+
+
 def killed_midway(broker, tmp_path, tag: str, fault: str, opened_pred, duration_s: float, half_s: float):
     """Drill: a worker fed a simulated job up to `half_s`, killed -9 once `opened_pred` sees its
     incident on cw.alerts.v1, a second worker started and fed the rest. Returns the settings,
@@ -183,13 +195,7 @@ def killed_midway(broker, tmp_path, tag: str, fault: str, opened_pred, duration_
     msgs = list(simulate(JobSpec(job="j" + tag, tp=2, pp=2, dp=2, duration_s=duration_s, step_s=0.5),
                          [parse_fault(fault)]).messages())
     half = DEFAULT_START_NS + int(half_s * 10**9)
-    sender = Sender(s, s.kafka_bootstrap)
-
-    def send(part):
-        for m in part:
-            sender.send(s.topics.name(m.topic), m.key, m.value, timestamp_ms=m.ts_ns // 1_000_000)
-        assert sender.flush(15) == 0
-
+    send = sending(s)
     first, _ = start_worker(s, tmp_path / "first.log")
     try:
         send([m for m in msgs if m.ts_ns < half])
