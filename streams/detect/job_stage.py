@@ -486,9 +486,13 @@ class JobStage:
         """Comms whose newest message is older than a few heartbeat periods: their input is
         behind (or their nodes are silent), so what stage 1 says of them is not current."""
         limit = self.settings.node_lost_periods * self.settings.heartbeat_period_s * 1e9
-        # a comm every member left (destroyed) says nothing more: it is over, not behind
-        return {c for c, r in js.comms.items() if now_ns - r.get("seen_ns", now_ns) >= limit
-                and not (r.get("left") and len(r["left"]) >= len(js.members.get(c, ())))}
+        return {c for c, r in js.comms.items() if now_ns - r.get("seen_ns", now_ns) >= limit and not self._over(js, c)}
+
+    @staticmethod
+    def _over(js: JobState, comm: str) -> bool:
+        """A comm every member left (destroyed) says nothing more: it is over, not behind."""
+        left = js.comms.get(comm, {}).get("left")
+        return bool(left) and len(left) >= len(js.members.get(comm, ()))
 
     def _reporting(self, js: JobState, now_ns: int) -> set[str]:
         """Nodes whose heartbeats are current: what they say of their ranks is news."""
@@ -508,23 +512,21 @@ class JobStage:
         `BEHIND_MAX_NS` (their worker gone, their partitions not taken over yet) are not waited for."""
         oldest = now_ns
         for c, h in js.heard.items():
-            if h < oldest and now_ns - h <= BEHIND_MAX_NS:
-                rep = js.comms.get(c)
-                if rep is None or not (rep.get("left") and len(rep["left"]) >= len(js.members.get(c, ()))):
-                    oldest = h
+            if h < oldest and now_ns - h <= BEHIND_MAX_NS and not self._over(js, c):
+                oldest = h
         return min(now_ns, oldest + HEARD_SLACK_NS)
 
     def _hangs(self, js: JobState, now_ns: int, lost: set[str], out: list) -> None:
-        at = self.as_of(js, now_ns)  # what every comm's reports tell: waits and silences are judged then
         if not js.waits:
             js.analysis = None
             held = js.book.open.get(("hang",))
-            if held is not None and all(self.silent_since(js, r, at) > held.opened_ns for r in held.culprit_ranks):
+            if held is not None and all(self.silent_since(js, r, now_ns) > held.opened_ns for r in held.culprit_ranks):
                 # nobody waits any more and its roots progress again: over (a rank-0-only
                 # checkpoint longer than the threshold, a stall that ended), not after the quiet
                 # period, while the job has been running for that long already
                 out.extend(js.book.resolve(("hang",), now_ns, "its root ranks progress again"))
             return
+        at = self.as_of(js, now_ns)  # what every comm's reports tell: waits and silences are judged then
         reporting = self._reporting(js, at)
         if js.node_seen and not reporting:
             js.book.keep(("hang",), now_ns)  # not known to be over either (`_ended` ends the job)
