@@ -70,6 +70,7 @@ TICK_S = 0.5
 STARTUP_GRACE_S = 30.0
 LAG_EVERY_S = 2.0
 LET_GO_S = 15.0  # a partition not assigned here this long went to another worker (`Pipeline.let_go`)
+FORGET_S = 30.0  # what the detector forgot is forgotten by the partition bookkeeping this often (`Pipeline.forget`)
 HEALTH_EVERY_NS = 1_000_000_000  # a job's health snapshot is published this often (its event time)
 
 
@@ -187,6 +188,7 @@ class Pipeline:
         # may come before the first lag check, and a restarted worker's first poll may hold
         # one partition's heartbeats and not another's)
         self.unread = True
+        self._forgot_at = 0.0
         self.health_at: dict[str, int] = {}
         self.newest_ns = 0
         self.started = time.monotonic() - process_age_s()
@@ -247,6 +249,23 @@ class Pipeline:
         if comms or jobs:
             log.info("partitions gone to another worker: %d comms and %d jobs let go", len(comms), len(jobs))
             self.detector.let_go(comms, jobs)
+        if mono - self._forgot_at >= FORGET_S:
+            self._forgot_at = mono
+            self.forget()
+
+    def forget(self) -> None:
+        """Drop the partitions remembered for comms and jobs the detector no longer holds
+        (idle, ended, pruned): a worker watching job after job for weeks kept every one's
+        comms and partitions, and counted every job it had ever seen as watched."""
+        held = self.detector.comm_stage.comms
+        for tp, keys in list(self.comm_parts.items()):
+            keys.intersection_update(held)
+            if not keys:
+                del self.comm_parts[tp]
+        live = self.detector.comm_stage.by_job.keys() | self.detector.job_stage.jobs.keys()
+        for job in [j for j in self.jobs if j not in live]:
+            self.jobs.discard(job)
+            self.job_parts.pop(job, None)
 
     def held(self, job: str) -> bool:
         """At start-up, before every partition has delivered, nothing is concluded for any job

@@ -66,3 +66,15 @@ def test_comms_and_jobs_of_partitions_gone_elsewhere_are_let_go_silently(setting
     assert "j" not in det.job_stage.jobs and "j" not in pipe.jobs
     # nothing is said of what was let go: no resolution for want of data, however long after
     assert det.job_tick(10**19) == [] and pipe.job_tick() == []
+
+
+def test_the_partition_bookkeeping_forgets_what_the_detector_forgot(settings):
+    """A worker watching job after job keeps their partitions only while the detector holds
+    them (before, every comm and job ever seen, and every job counted as watched)."""
+    pipe, _ = _fed(settings, lambda key: 0)
+    assert "j" in pipe.jobs and pipe.job_parts and pipe.comm_parts
+    pipe.forget()  # the detector still holds the job: nothing dropped
+    assert "j" in pipe.jobs and set().union(*pipe.comm_parts.values()) == set(pipe.detector.comm_stage.comms)
+    pipe.detector._forget("j")  # gone from the detector (idle, ended)
+    pipe.let_go(set(), set(), mono=1e6)  # the periodic pass
+    assert not pipe.jobs and not pipe.job_parts and not pipe.comm_parts
