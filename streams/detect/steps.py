@@ -331,11 +331,18 @@ class StepTracker:
             peers = [q for q in local_of if dp_group(coords.get(q)) == key]
             if len(rivals) < 2 or any(local_of[q] < 1 + self.slow_impact for q in peers):
                 continue  # not the group's gather: each computes apart slower itself
-            # slowest over the kept iterations, this one's included (one iteration's jitter
-            # would hand it from one to the other and back, and each time reset the culprit's streak)
-            kept = [*self.spread, spread]
-            slowest = max(rivals, key=lambda q: (statistics.median(
-                [max((d[(q, ph)] for ph in PHASES if (q, ph) in d), default=1.0) for d in kept]), self.ratio[q], -q))
+            # slowest over the kept iterations in which one of them stood out, this one's
+            # included (one iteration's jitter would hand it from one to the other and back, and
+            # each time reset the culprit's streak). Iterations before the onset tell nothing of
+            # which is slower: counted, their jitter decided it (generator E's f17 drawn with 15:
+            # for the first iterations after the onset, 51 won by the kept iterations' medians,
+            # 1.00 against 1.00, and was named P3 at 1.14x ten iterations before 11)
+            def worst(q: int, d: dict) -> float:
+                return max((d[(q, ph)] for ph in PHASES if (q, ph) in d), default=1.0)
+
+            shown = [d for d in (*self.spread, spread) if any(worst(q, d) >= 1 + self.slow_impact for q in rivals)]
+            slowest = max(rivals, key=lambda q: (statistics.median([worst(q, d) for d in shown] or [1.0]),
+                                                 self.ratio[q], -q))
             for r in rivals:
                 if r != slowest:
                     del self.ratio[r]

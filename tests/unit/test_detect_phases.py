@@ -125,6 +125,20 @@ def test_of_one_data_parallel_gather_only_the_slowest_groups_member_is_named(mon
     assert set(_run(lambda r, it: phases(r, it, gather=False))) == {1, 5}
 
 
+def test_of_one_gathers_rivals_the_slowest_since_the_onset_is_named():
+    """As above, with the onset at iteration 8 and rank 5 a little slower than rank 1 in forward
+    before it (jitter, 1.02x against 0.99x): which of them is slower is judged over the
+    iterations in which one of them stood out, not over the kept ones before the onset, whose
+    jitter named 5 (generator E's f17 drawn with 15: 51 named P3 ten iterations before 11)."""
+    def phases(r, it):
+        late = it >= 8
+        fwd = {0: 1.4, 1: 1.4, 4: 1.2, 5: 1.2}.get(r, 1.0) if late else {5: 1.02, 1: 0.99}.get(r, 1.0)
+        return {"forward_ms": 300.0 * fwd, "backward_ms": 500.0,
+                "optimizer_ms": 52.0 if late and r % 2 == 1 else 40.0}
+
+    assert set(_run(phases, iterations=16)) == {1}
+
+
 def test_a_job_resumed_from_a_checkpoint_warms_up_too():
     # iterations numbered from 5000: rank 5's first two are 2x slow in every phase (a cold
     # data loader, compilation), then it is like the others: nobody is named
