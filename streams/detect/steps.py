@@ -268,8 +268,11 @@ class StepTracker:
                         groups_over[tp_group(coords.get(r))].append(r)
                 local = self._local_ratios(got, members) if groups_over else {}
                 local_of.update(local)
+                # ... not a group next to a slow rank in its pipeline: it waits there for that
+                # rank's stage, and one iteration's jitter in the short local phase would name
+                # a member of it (`_behind_slow`)
                 apart = {g: [r for r in group if local.get(r, 0.0) >= 1 + self.slow_impact]
-                         for g, group in groups_over.items()}
+                         if not _behind_slow(g, open_ranks, coords) else [] for g, group in groups_over.items()}
                 whole = {g for g, group in groups_over.items() if _whole(g, group, apart[g], local, members, coords)}
                 # the slow member of a TP group need not be slower in the phase itself: its peers
                 # wait for it inside their TP calls, it does not (generator E's 1.25x rank of a TP 8
@@ -583,6 +586,27 @@ def _whole(g: tuple, group: list[int], apart: list[int], local: dict[int, float]
 def dp_group(c: dict | None) -> tuple | None:
     """The ranks of one data-parallel group share every coordinate but `dp` (None: unknown)."""
     return coords_but(c, "dp") if c and "dp" in c else None
+
+
+def _behind_slow(g: tuple, slow: set[int], coords: dict[int, dict]) -> bool:
+    """Whether the TP group `g` (`tp_group`) is next to one named slow (`slow`) in its pipeline:
+    the same coordinates but `pp`, one stage before or after. Its members wait for that stage
+    inside their phases, every one alike: which of them is slow, if any, a short local phase
+    does not tell (generator D's rank 22 slowing gradually, TP 4 x PP 4 x DP 2 under a
+    host-enqueue probe, drawn with 18: named at 26 s; at 52 s its next stage's TP group, 1.24x
+    in forward waiting for it, had rank 25 1.11x in its optimizer step for one iteration, and
+    25 was named P3 beside it)."""
+    if not slow or g[0] == "rank":  # no group of known coordinates (`("rank", r)`: the rank alone)
+        return False
+    mine = dict(g)
+    if "pp" not in mine:
+        return False
+    for q in slow:
+        c = coords.get(q)
+        if c and "tp" in c and "pp" in c and abs(int(c["pp"]) - int(mine["pp"])) == 1 and all(
+                v == mine.get(k) for k, v in c.items() if k not in ("tp", "pp")):
+            return True
+    return False
 
 
 def tp_group(c: dict | None) -> tuple | None:

@@ -139,6 +139,34 @@ def test_of_one_gathers_rivals_the_slowest_since_the_onset_is_named():
     assert set(_run(phases, iterations=16)) == {1}
 
 
+def test_a_tp_group_next_to_a_slow_rank_in_its_pipeline_is_not_told_apart_by_its_local_phase():
+    """TP 2 x PP 2 x DP 4: rank 1 (stage 0) computes 1.4x slower from iteration 4, its TP peer 0
+    waits for it in forward and backward, its optimizer step alone shows it: named. The next
+    stage's group of its pipeline, ranks 2 and 3, waits for it there too (1.3x); in two
+    iterations rank 3's optimizer step is 1.25x (jitter). That group waits on a stage with a named slow rank:
+    3 is not told apart by its local phase (generator D's ramp drawn with 18: 25 named P3 beside
+    22). Drill: the same group next to no slow rank (rank 1 healthy, 2 and 3 waiting on
+    something else): 3 is named."""
+    coords = {r: {"tp": r % 2, "pp": (r // 2) % 2, "dp": r // 4} for r in range(16)}
+
+    def run(culprit: bool) -> dict:
+        st = StepTracker(slow_impact=0.2, slow_windows=2, model="numpy")
+        st.device = True
+        found: dict = {}
+        for it in range(16):
+            for r in range(16):
+                late = it >= 4
+                fwd = {0: 1.4, 1: 1.4, 2: 1.3, 3: 1.3}.get(r, 1.0) if late and (culprit or r in (2, 3)) else 1.0
+                local = 1.4 if late and culprit and r == 1 else 1.25 if r == 3 and it in (9, 10) else 1.0
+                st.add({"v": 1, "job": "j", "rank": r, "iteration": it, "t_start_ns": it * S, "t_end_ns": (it + 1) * S,
+                        "phases": {"forward_ms": 300.0 * fwd, "backward_ms": 500.0 * fwd, "optimizer_ms": 40.0 * local}})
+            found.update(st.evaluate((it + 1) * S, coords, set(found)))
+        return found
+
+    assert set(run(culprit=True)) == {1}
+    assert set(run(culprit=False)) == {3}
+
+
 def test_a_job_resumed_from_a_checkpoint_warms_up_too():
     # iterations numbered from 5000: rank 5's first two are 2x slow in every phase (a cold
     # data loader, compilation), then it is like the others: nobody is named
