@@ -728,7 +728,13 @@ class JobStage:
             if reason == "completion_stuck":
                 d["completed"], d["peers_completed"] = stuck[r][0], stuck[r][1]
             detail.append(d)
-        first = detail[0]
+        first = next((d for d in detail if d["op"]), detail[0])
+        held = js.book.open.get(("hang",))
+        if not first["op"] and held is not None and held.evidence.get("op"):
+            # no root in a call any more (its peers' calls given up on, a watchdog's abort):
+            # the call it never entered is the one said when the hang opened
+            first = {**first, "comm": held.comm, "seq": held.evidence["seq"], "op": held.evidence["op"],
+                     "p2p": held.evidence.get("roots", [{}])[0].get("p2p", False)}
         who = ", ".join(map(str, ranks[:8])) + ("..." if len(ranks) > 8 else "")
         s = "s" if len(ranks) > 1 else ""
         if first["reason"] == "exited":
@@ -743,6 +749,14 @@ class JobStage:
         else:
             what = f"rank{s} {who} never entered {first['op']} #{first['seq']} on comm {first['comm'][:4]}.."
         blocked = sorted({x.comm for x in an.blocked})
+        # the hang began when it began: an open one's onset never moves later. Its victims torn
+        # down (a watchdog's abort) reshape the waits, and the oldest left may be younger: its
+        # onset moved 0.4 s later, past a victim's silence, and `_torn_down` kept that victim
+        # as a rank silent before the hang began (generator C's abort drawn with 34000: the P0
+        # updated to name 25 with 26)
+        onset = int(an.oldest_since_ns)
+        if held is not None and held.evidence.get("onset_ns"):
+            onset = min(onset, int(held.evidence["onset_ns"]))
         out.extend(js.book.assert_(
             ("hang",), now_ns, kind="hang", severity="P0", culprit_ranks=ranks, culprit_nodes=self.nodes_of(js, ranks),
             comm=first["comm"],
@@ -750,7 +764,7 @@ class JobStage:
             evidence={"roots": detail, "seq": first["seq"], "op": first["op"], "waiting_ranks": len(an.waiting),
                       "waited_s": round(waited / 1e9, 1), "threshold_s": round(thr / 1e9, 2),
                       "blocked_comms": blocked[:32], "blocked_instances": len(an.blocked), "deadlock": an.deadlock,
-                      "onset_ns": int(an.oldest_since_ns)},
+                      "onset_ns": onset},
             id_hint=f"{first['comm']}-{'p2p' if first['p2p'] else ''}{first['seq']}"))
 
     def _stalled(self, js: JobState, now_ns: int, out: list) -> None:

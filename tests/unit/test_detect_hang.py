@@ -486,16 +486,19 @@ def test_a_node_whose_report_of_a_long_steps_completion_comes_a_moment_late_is_n
     assert j.det.comm_stage.comm_report(st, j.now + 3 * S)["stuck"] != []  # still behind 3 s later: stuck
 
 
+@pytest.mark.parametrize("seed", [2000, 34000])
 @pytest.mark.parametrize("drill", [False, True])
-def test_a_watchdogs_abort_after_a_hang_adds_no_culprit_and_no_comm_hang(settings, gen_c, monkeypatch, drill):
-    """The third generator's job (host-enqueue, 32 ranks; its draw of seed 2000): rank 26 hangs,
+def test_a_watchdogs_abort_after_a_hang_adds_no_culprit_and_no_comm_hang(settings, gen_c, monkeypatch, drill, seed):
+    """The third generator's job (host-enqueue, 32 ranks; its draws of seed 2000 and 34000): rank 26 hangs,
     and 40 s later a watchdog aborts every rank. As the victims are torn down (some exit
     first; the probe gives up on the others' calls, COMPLETION_LOST) the waits change shape:
     ranks waiting on an exited one since the hang began seemed roots (the P0 was updated to
     name 16, 17 and 26), and pipeline channels blocked since the hang began, their peer's call
     given up on, a transport hang (a second P0). One P0, naming rank 26 from open to resolve.
-    Drill: a hang's culprits judged afresh at every tick, and every blocked instance a
-    comm_hang candidate."""
+    With 34000 the waits left after the abort were younger than the hang: its onset moved
+    0.4 s later, past victim 25's silence, and the P0 was updated to name 25 with 26 (an open
+    hang's onset never moves later now). Drill: a hang's culprits judged afresh at every
+    tick, and every blocked instance a comm_hang candidate."""
     from commwatch.capture import read_sorted
     from commwatch.decode import decode_messages
     from commwatch.streams.detect import Detector
@@ -503,7 +506,7 @@ def test_a_watchdogs_abort_after_a_hang_adds_no_culprit_and_no_comm_hang(setting
 
     if drill:
         monkeypatch.setattr(JobStage, "_torn_down", lambda self, js, now_ns, roots, comm_roots: (roots, comm_roots))
-    msgs = read_sorted(gen_c("s11", seed=2000))
+    msgs = read_sorted(gen_c("s11", seed=seed))
     events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
     p0 = [e for e in events if e["severity"] == "P0"]
     assert ({e["incident"] for e in p0} == {p0[0]["incident"]}) is not drill
