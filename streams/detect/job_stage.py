@@ -590,8 +590,8 @@ class JobStage:
                 continue  # still progressing elsewhere: slow, not hung (the slow detectors judge it)
             roots.append((r, reason, comm, seq, op, p2p))
         if roots:
-            skip = exited | set(stuck) | left | inside | (unheard or set()) | {r for w in current.values() for i in w["instances"]
-                                                           for r in i["entered"]}
+            skip = exited | set(stuck) | left | inside | (unheard or set()) | {
+                r for w in current.values() for i in w["instances"] for r in i["entered"]}
             skip.update(r for c in stale | unreported for r in js.members.get(c, ()))
             roots.extend(self._died_with(js, at, roots, skip, root_thr))
         waited = at - an.oldest_since_ns

@@ -596,7 +596,7 @@ def _behind_slow(g: tuple, slow: set[int], coords: dict[int, dict]) -> bool:
     host-enqueue probe, drawn with 18: named at 26 s; at 52 s its next stage's TP group, 1.24x
     in forward waiting for it, had rank 25 1.11x in its optimizer step for one iteration, and
     25 was named P3 beside it)."""
-    if not slow or g[0] == "rank":  # no group of known coordinates (`("rank", r)`: the rank alone)
+    if not slow or not g or g[0] == "rank":  # no group of known coordinates (`("rank", r)`: the rank alone)
         return False
     mine = dict(g)
     if "pp" not in mine:

@@ -158,8 +158,9 @@ def test_a_tp_group_next_to_a_slow_rank_in_its_pipeline_is_not_told_apart_by_its
                 late = it >= 4
                 fwd = {0: 1.4, 1: 1.4, 2: 1.3, 3: 1.3}.get(r, 1.0) if late and (culprit or r in (2, 3)) else 1.0
                 local = 1.4 if late and culprit and r == 1 else 1.25 if r == 3 and it in (9, 10) else 1.0
+                phases = {"forward_ms": 300.0 * fwd, "backward_ms": 500.0 * fwd, "optimizer_ms": 40.0 * local}
                 st.add({"v": 1, "job": "j", "rank": r, "iteration": it, "t_start_ns": it * S, "t_end_ns": (it + 1) * S,
-                        "phases": {"forward_ms": 300.0 * fwd, "backward_ms": 500.0 * fwd, "optimizer_ms": 40.0 * local}})
+                        "phases": phases})
             found.update(st.evaluate((it + 1) * S, coords, set(found)))
         return found
 
