@@ -348,7 +348,6 @@ class Detector:
     def job_feed_report(self, rep: dict, ref_ns: int) -> list[dict]:
         self._idle_until = 0
         job = rep["job"]
-        self.job_stage.ref_ns = ref_ns
         self.job_clocks.observe(job, int(rep["ts_ns"]), ref_ns)
         now = self.job_clocks.now(job, ref_ns)
         out = self._guard(job, self.job_stage.feed_report, rep, now)
@@ -359,7 +358,6 @@ class Detector:
         """Stage 2 for one topology/steps/hw message."""
         self.stats["messages"] += 1
         self._idle_until = 0
-        self.job_stage.ref_ns = ref_ns
         job = decoded.get("job") or message_job(msg)
         if msg.topic == topics.TOPOLOGY and job in self.job_stage.jobs and self.job_stage.jobs[job].ended_reason == (
                 "job_ended"):
@@ -373,7 +371,6 @@ class Detector:
 
     def job_tick(self, ref_ns: int) -> list[dict]:
         out: list[dict] = []
-        self.job_stage.ref_ns = ref_ns
         for job in list(self.job_stage.jobs):
             held = self.held(job)
             out.extend(self._guard(job, self.job_stage.tick_job, job, self.job_clocks.now(job, ref_ns, not held),

@@ -86,7 +86,6 @@ class JobState:
     waits: dict[str, dict] = field(default_factory=dict)
     comms: dict[str, dict] = field(default_factory=dict)
     heard: dict[str, int] = field(default_factory=dict)  # comm -> its newest comm/wait report's time (`as_of`)
-    first_ref_ns: int = 0  # when stage 2 first heard of the job, by the reference clock (`_unheard`)
     members: dict[str, set] = field(default_factory=dict)
     hw: dict[tuple[str, int], dict] = field(default_factory=dict)
     hw_since: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -119,9 +118,6 @@ class JobStage:
         # of each one's last (`streams/replay.py` `capture_ends`): silent after it, the capture
         # ended for that node, not the node (live: empty)
         self.capture_ends: dict[str, dict[str, int]] = {}
-        # the reference clock (live: the worker's wall clock; replay: the capture's time), set
-        # by the detector as it feeds and ticks: how long ago a job was first heard of (`_unheard`)
-        self.ref_ns = 0
 
     def job(self, job: str) -> JobState:
         js = self.jobs.get(job)
@@ -129,8 +125,7 @@ class JobStage:
             s = self.settings
             js = self.jobs[job] = JobState(job, IncidentBook(job, s.resolve_after_s),
                                            SlowTracker(s.slow_impact, s.slow_windows, s.slow_model),
-                                           StepTracker(s.slow_impact, s.slow_windows, s.slow_model),
-                                           first_ref_ns=self.ref_ns)
+                                           StepTracker(s.slow_impact, s.slow_windows, s.slow_model))
         return js
 
     def _touch(self, js: JobState, now_ns: int) -> None:
@@ -568,7 +563,6 @@ class JobStage:
         unreported = {c for c, rep in js.comms.items() if c not in js.waits and not rep.get("p2p_only")
                       and rep.get("s", -1) > rep.get("d", -1)}
         inside = self._inside_unjudged(js, current, stale)
-        unheard: set[int] | None = None  # computed once a silent root needs it
         roots = []
         for r, (comm, seq, op, p2p) in sorted(an.roots.items()):
             node = js.node_of.get(r)
@@ -581,16 +575,14 @@ class JobStage:
             elif r in stuck:
                 reason = "completion_stuck"
             elif at - self.silent_since(js, r, at) >= root_thr:
-                if unheard is None:
-                    unheard = self._unheard(js)
-                if r in inside or r in unheard or any(r in js.members.get(c, ()) for c in unreported):
+                if r in inside or any(r in js.members.get(c, ()) for c in unreported):
                     continue  # maybe blocked in a call of it, behind someone else: not known hung yet
                 reason = "not_started" if r in an.not_started else "silent"
             else:
                 continue  # still progressing elsewhere: slow, not hung (the slow detectors judge it)
             roots.append((r, reason, comm, seq, op, p2p))
         if roots:
-            skip = exited | set(stuck) | left | inside | (unheard or set()) | {
+            skip = exited | set(stuck) | left | inside | {
                 r for w in current.values() for i in w["instances"] for r in i["entered"]}
             skip.update(r for c in stale | unreported for r in js.members.get(c, ()))
             roots.extend(self._died_with(js, at, roots, skip, root_thr))
@@ -630,32 +622,6 @@ class JobStage:
                           "comms": [i.comm for i in comm_roots][:16], "threshold_s": round(thr / 1e9, 2),
                           "onset_ns": int(x.since_ns)},
                 id_hint=f"{x.comm}-{x.seq}"))
-
-    def _unheard(self, js: JobState) -> set[int]:
-        """Ranks a comm of which may not be reported yet, while the job was first heard of less
-        than `BEHIND_MAX_NS` ago by the reference clock (the time a comm not reported is waited
-        for, `as_of`): those along one of whose placement's dimensions (`coords`: tp, pp, dp, ...,
-        each taking several values in the job) no comm heard of holds another member. A comm
-        never reported is not known at all, and a worker that has not reported a job's comms
-        yet (two reading a backlog from the job's start, one slower) let the other's stage 2
-        take a rank waiting in one of them for silent: two workers, one 14 s behind from the
-        start, an 8-rank job whose rank 3 hangs at 8 s: the P0 named 0, 3, 7
-        (`tests/unit/test_lagging_worker.py`). Without every rank's placement, nothing is known."""
-        if self.ref_ns - js.first_ref_ns >= BEHIND_MAX_NS or not js.world_size or len(js.coords) < js.world_size:
-            return set()
-        values: dict[str, set] = {}
-        for c in js.coords.values():
-            for k, v in c.items():
-                values.setdefault(k, set()).add(v)
-        dims = [k for k, v in values.items() if len(v) > 1]
-        covered: dict[int, set] = {r: set() for r in js.coords}
-        for members in js.members.values():
-            vary = [d for d in dims if len({js.coords.get(q, {}).get(d) for q in members}) > 1]
-            if vary:
-                for q in members:
-                    if q in covered:
-                        covered[q].update(vary)
-        return {r for r, dims_in in covered.items() if len(dims_in) < len(dims)}
 
     @staticmethod
     def _inside_unjudged(js: JobState, current: dict, stale: set[str]) -> set[int]:

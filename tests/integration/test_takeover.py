@@ -20,7 +20,7 @@ import time
 import uuid
 
 import pytest
-from test_drills import probe
+from test_drills import metric_sum, probe
 from test_worker_live import is_hang_of, read_all, sending, start_worker, wait_for, wait_logged
 
 from commwatch import topics
@@ -62,10 +62,16 @@ def test_a_worker_taking_over_a_killed_workers_partitions_carries_its_open_hang_
             assert time.monotonic() < deadline, "the two workers did not both get partitions"
             time.sleep(0.5)
         every = owned(workers[0][1]) | owned(workers[1][1])
-        # the job's first 20 s at once: both workers read a backlog from the job's start, one
-        # of them slower (a worker that had not reported a job's comms yet let the other's
-        # stage 2 name ranks waiting in them with the root: ranks 1, 2, 3, in 2 runs of 10)
-        send([m for m in msgs if m.ts_ns < half])
+        # the job's first seconds, read by both workers before the rest: a worker that has not
+        # reported a job's comms at all yet lets the other's stage 2 take a rank waiting in
+        # them for silent (a known limit, docs/architecture.md), not what this drill is about
+        early = [m for m in msgs if m.ts_ns < DEFAULT_START_NS + 4 * 10**9]
+        send(early)
+        deadline = time.monotonic() + 30
+        while sum(metric_sum(port, "commwatch_stream_messages_total") for _, port, _ in workers) < len(early):
+            assert time.monotonic() < deadline, "the two workers did not read the job's first seconds"
+            time.sleep(0.3)
+        send([m for m in msgs if DEFAULT_START_NS + 4 * 10**9 <= m.ts_ns < half])
         opened, _ = wait_for(s, topics.ALERTS, is_hang_of("jtake", 3))
         hang_id = json.loads(opened.value())["incident"]
         deadline = time.monotonic() + 20

@@ -5,11 +5,7 @@ were seconds ago. It judges the job's waits as of what every comm's reports tell
 
 Judged at the job's now before, with the second worker 2 s behind: the hang was never named
 (the comms of the worker behind were stale), or a victim was named with the root (its wait,
-in a comm of the worker behind, not reported yet: it seemed silent). 14 s behind from the start
-(the hang judged before the second worker reported any comm of the job), the P0 named ranks
-0, 3, 7 or 2, 3, 6: a comm never reported is not known at all; now a rank along one of whose
-placement's dimensions no comm is heard of is not taken for silent while the job is young
-(`JobStage._unheard`)."""
+in a comm of the worker behind, not reported yet: it seemed silent)."""
 
 from __future__ import annotations
 
@@ -62,7 +58,7 @@ def _two_workers(settings, behind_s: float, first: int) -> list[dict]:
 
 
 @pytest.mark.parametrize("first", [0, 1])
-@pytest.mark.parametrize("behind_s", [0.0, 2.0, 4.0, 14.0])
+@pytest.mark.parametrize("behind_s", [0.0, 2.0, 4.0])
 def test_a_worker_seconds_behind_does_not_hide_the_hang_or_name_a_victim(settings, behind_s, first):
     incidents = _two_workers(settings, behind_s, first)
     opened = [(i["kind"], i["severity"], i["culprit_ranks"]) for i in incidents if i["status"] == "open"]
