@@ -33,30 +33,28 @@ its pipeline gaps), the finest holds compute only.
 
 Ranks with a comm whose records carry no timing (host-enqueue probes) get no ratio here;
 their iteration phases (`steps.py`) still can.
+
+A comm's figures are kept in `comm_timing.py`; the stall rule is mixed in from `stalls.py`.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections import Counter, deque
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from commwatch.streams.detect.medians import RANGE_SIGMAS
+from commwatch.streams.detect.comm_timing import BUSY_WINDOWS, CommTiming
 from commwatch.streams.detect.medians import nanmedian as _nanmedian
 from commwatch.streams.detect.medians import others_median as _others_median
 from commwatch.streams.detect.rank_model import FAST_RATIO, NOISY, RankModel
-from commwatch.streams.detect.windows import STALL_TYPICAL
+from commwatch.streams.detect.stalls import STALL_KEEP, StallRules
 
 FRESH_WINDOWS = 4.0  # a comm's window older than this many of its own intervals (and 5 s) is stale
-BUSY_WINDOWS = 4  # a rank's busy gaps: pooled over this many latest windows of a comm
 MIN_COMPUTE = 0.02
 IMBALANCE = 0.2  # a stage computing this much more than the others ...
 IMBALANCE_EVALS = 10  # ... in most of its first evaluations, and this many, is an advisory
 HORIZON_NS = 10_000_000_000  # compute shares (advisory) are summed over this much of the latest windows
-HORIZON_WINDOWS = 32
 MIN_BUSY_MS = 1.0  # shorter compute intervals between a comm's calls are call overhead, not compute
 OUTLIER = 3.0  # a class of gaps this many times a rank's typical one spans an iteration's end
 MIN_CLASS_COUNT = 4  # a class of pipeline intervals is compared once it holds this many (early passes vary)
@@ -85,123 +83,7 @@ LAG_STAND = 4.0  # ... arrives this many times later than its peers typically do
 LAG_FLOOR_MS = 0.05  # ... counting their typical lag as this much at least
 FINE_SHARE = 0.25  # a comm whose intervals are at most this share of a step shows what a rank computes (`_normal_elsewhere`) ...
 ELSEWHERE_SPREADS = 3.0  # ... like its peers within half slow_impact or this many of that comm's spreads (at most slow_impact)
-STALL_HORIZON_NS = 60_000_000_000  # stalls (`windows.busy_stall`) are counted over this much of the latest time ...
-STALL_REPEAT = 3  # ... a rank stalling in this many windows of each comm that shows its stalls, nobody else twice, ...
-STALL_KEEP = 16  # (windows with stalls kept per rank and comm)
 MEASURED_SHARE = 0.01  # a rank is named by a comm whose compared intervals fill this share of its peers' newest window (`_measured`)
-
-
-@dataclass
-class CommTiming:
-    ranks: list[int]
-    p2p: bool
-    ts_ns: int = 0
-    interval_ns: float = 0.0
-    timed: bool = True  # False: host-enqueue records, no timing
-    inside: dict[int, float] | None = None  # share of time inside this comm's calls, over the horizon
-    hist: deque = field(default_factory=lambda: deque(maxlen=HORIZON_WINDOWS))  # (ts, span, inside array)
-    busy: deque = field(default_factory=lambda: deque(maxlen=BUSY_WINDOWS))  # (ts, gap sums, counts, shares, medians)
-    classes: deque = field(default_factory=lambda: deque(maxlen=BUSY_WINDOWS))  # pipelines: (sums, counts) per class
-    lag_ms: dict[int, float] = field(default_factory=dict)
-    crank: list[int] | None = None
-    windows: int = 0
-    nodes: list[str] = field(default_factory=list)
-    xfer_ms: float = 0.0
-    base_xfer: float = -1.0
-    link_streak: int = 0
-    channels: dict = field(default_factory=dict)  # P2P: (receiver, sender) -> [normal ms, ms now, streak, windows]
-    memo: dict = field(default_factory=dict)  # what is derived from `busy` and `classes`, till they change
-    steady: dict = field(default_factory=dict)  # newest window: share of instances each rank was slow in
-    tail: dict = field(default_factory=dict)  # newest window: rank -> [instances, ratio] of the slow run ending it
-    spread: float = 0.0  # its own spread, last known (`SlowTracker.noise`)
-    peak: tuple[float, int] = (0.0, 0)  # the largest spread lately, and when (`SlowTracker.noise`)
-    _kind: tuple | None = None
-
-    def changed(self) -> None:
-        self.memo.clear()
-
-    def kind(self) -> tuple:
-        """Comms of one kind: the same size and the same strides between their members' ranks
-        (the tensor-parallel groups, the data-parallel ones, ...: comms of one size may do
-        different work)."""
-        if self._kind is None:
-            srt = sorted(self.ranks)
-            self._kind = (len(srt), tuple(b - a for a, b in zip(srt, srt[1:])))
-        return self._kind
-
-    def _memo(self, name: str, latest: bool, fn):
-        key = (name, latest)
-        if key not in self.memo:
-            self.memo[key] = fn(latest)
-        return self.memo[key]
-
-    def class_busy(self, latest: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        return self._memo("class_busy", latest, self._class_busy)
-
-    def busy_of(self, latest: bool = False) -> np.ndarray:
-        return self._memo("busy_of", latest, self._busy_of)
-
-    def typical_of(self, latest: bool = False) -> np.ndarray:
-        """Per rank (aligned with `ranks`), the median of its windows' median compute gaps (ms)
-        over the kept windows (or the newest alone); nan where it has none."""
-        def typical(last: bool) -> np.ndarray:
-            wins = [self.busy[-1]] if last and self.busy else list(self.busy)
-            return _nanmedian(np.stack([w[4] for w in wins]), 0)
-        return self._memo("typical_of", latest, typical)
-
-    def _class_busy(self, latest: bool) -> tuple[np.ndarray, np.ndarray]:
-        """Pipelines: per class and rank (arrays `P2P_CLASSES` x ranks), the shortest interval
-        over the kept windows (nan: none) and the count. The shortest, not a typical window's:
-        a class may hold a longer instance once an iteration, and a window that happens to
-        hold only that one says nothing of the rank's speed."""
-        wins = [self.classes[-1]] if latest and self.classes else list(self.classes)
-        lows = np.stack([w[0] for w in wins])
-        counts = np.stack([w[1] for w in wins])
-        low = lows.min(axis=0)
-        return np.where(np.isfinite(low), low, np.nan), counts.sum(axis=0)
-
-    def _busy_of(self, latest: bool) -> np.ndarray:
-        """Per rank (aligned with `ranks`), its mean compute gap (ms) over the kept windows (or
-        the newest alone); nan where it has none."""
-        wins = [self.busy[-1]] if latest and self.busy else list(self.busy)
-        sums = np.stack([w[1] for w in wins])
-        counts = np.stack([w[2] for w in wins])
-        tot, cnt = np.nansum(sums, axis=0), np.where(np.isnan(sums), 0, counts).sum(axis=0)
-        with np.errstate(all="ignore"):
-            return np.where((cnt > 0) & (tot > 0), tot / cnt, np.nan)
-
-    def ratios(self) -> np.ndarray:
-        """Every member's mean gap over the others' median in each kept window (windows x
-        members; nan where unknown; empty for pipelines, judged per class)."""
-        def ratios(_: bool) -> np.ndarray:
-            if self.p2p or not self.busy or len(self.ranks) < 2:
-                return np.zeros((0, len(self.ranks)))
-            sums = np.stack([w[1] for w in self.busy])
-            counts = np.stack([w[2] for w in self.busy])
-            with np.errstate(all="ignore"):
-                mean = sums / counts
-                return mean / _others_median(mean.T).T
-        return self._memo("ratios", False, ratios)
-
-    def ratio_moves(self) -> np.ndarray:
-        """Per member with at least two kept windows, how widely its window ratio (`ratios`)
-        moves: its range over them, scaled to a standard deviation (divided by the expected
-        range of that many normal draws). Moves, not levels: a member that stands apart in
-        every window (a slow rank, or one doing other work than its peers) moves little; one
-        whose ratio swings from window to window moves much."""
-        def moves(_: bool) -> np.ndarray:
-            ratio = self.ratios()
-            if len(ratio) < 2:
-                return np.zeros(0)
-            ok = np.isfinite(ratio)
-            k = ok.sum(axis=0)
-            rng = np.where(ok, ratio, -np.inf).max(axis=0) - np.where(ok, ratio, np.inf).min(axis=0)
-            use = k >= 2
-            return rng[use] / RANGE_SIGMAS[np.minimum(k[use], len(RANGE_SIGMAS) - 1)]
-        return self._memo("ratio_moves", False, moves)
-
-    def share_of(self) -> np.ndarray:
-        return self.busy[-1][3] if self.busy else np.zeros(len(self.ranks))
 
 
 def _spread(r: np.ndarray) -> float:
@@ -234,7 +116,7 @@ def _median(xs: list[float]) -> float:
     return float(statistics.median(xs)) if xs else 0.0
 
 
-class SlowTracker:
+class SlowTracker(StallRules):
     def __init__(self, slow_impact: float, slow_windows: int, model: str = "river"):
         self.slow_impact = slow_impact
         self.slow_windows = slow_windows
@@ -1042,90 +924,6 @@ class SlowTracker:
                 for r, cr in zip(ct.ranks, ct.crank):
                     if cr >= 0:
                         out.setdefault(cr, []).append(r)
-        return out
-
-    def stalls(self, now_ns: int, slow: set[int] = frozenset()) -> dict[int, dict]:
-        """Ranks that stall outside every call again and again (a data loader stuck one
-        iteration in four): rank -> evidence. A stall lengthens one gap of the rank in each of
-        its comms while its peers wait inside their next call (`windows.busy_stall`), so the
-        rate figures take it for a pause, each time. A rank's stalls are those that show in
-        each of its collective comms whose typical gap is short enough to show them (under a
-        `STALL_TYPICAL`th of the stall), counted in windows: a rank waiting for a peer's stall
-        shows none where it waits (inside that comm's calls), only in comms whose gaps hold the
-        wait; a rank whose pipeline neighbour stalled waits with its tensor-parallel peers, none
-        longer than another. Named when that is `STALL_REPEAT` windows or more within
-        `STALL_HORIZON_NS`, no other rank of the job stalled more than once meanwhile, and it
-        costs the job `slow_impact` of its time or more (its mean stall over the mean time
-        between them). Random stalls of many ranks (garbage collections, each rank at its own
-        moments: some rank stalls three times in a minute by chance), or a pause of every rank
-        at once, name nobody. Nor does a rank that waits for a slow one (`slow`: found or named
-        by its compute) inside the calls of a collective comm they share (`waits_for`): each
-        iteration its gaps in its other comms hold that wait, a stall in their figures, while
-        it was inside a call all along (generator C's 256-rank job drawn with 21000: rank
-        133 1.5x; its tensor-parallel peer 128, late at every data-parallel reduction by its
-        waits on 133, was named P3 'stalls outside every call, 0.48 s at a time')."""
-        since = now_ns - STALL_HORIZON_NS
-        recent: dict[tuple[int, str], list] = {}
-        for key, log in self.stall_log.items():
-            events = [e for e in log if e[0] >= since]
-            if events and key[1] in self.comms:
-                recent[key] = events
-        sizes: dict[int, list[float]] = {}
-        for (r, _), events in recent.items():
-            sizes.setdefault(r, []).extend(e[1] for e in events)
-        counted: dict[int, dict[str, int]] = {}
-        gap_of: dict[str, float] = {}  # per comm, its members' typical gap (ms; nan: none)
-
-        def comm_gap(c: str, ct) -> float:
-            if c not in gap_of:
-                typical = ct.typical_of()
-                gap_of[c] = float(np.nanmedian(typical)) if np.isfinite(typical).any() else math.nan
-            return gap_of[c]
-
-        for r, ms in sizes.items():
-            size = statistics.median(ms)
-            counts = {}
-            for c, ct in self.comms.items():
-                if ct.p2p or not ct.busy or r not in ct.ranks:
-                    continue
-                if STALL_TYPICAL * comm_gap(c, ct) <= size:
-                    counts[c] = len(recent.get((r, c), ()))
-            if counts and min(counts.values()):
-                counted[r] = counts
-        out: dict[int, dict] = {}
-        for r, counts in counted.items():
-            if min(counts.values()) < STALL_REPEAT or any(
-                    q != r and min(n.values()) > 1 for q, n in counted.items()) or self.waits_for(r, slow):
-                continue
-            best = max(counts, key=lambda c: (counts[c], c))
-            events = recent[(r, best)]
-            period = (events[-1][0] - events[0][0]) / (len(events) - 1)
-            mean_ms = sum(e[1] for e in events) / len(events)
-            impact = min(1.0, mean_ms * 1e6 / max(period, 1.0))
-            if impact < self.slow_impact:
-                continue
-            out[r] = {"ratio": round(1.0 + impact, 3), "slowdown": round(impact, 3), "impact": round(impact, 4),
-                      "comm": best, "onset_ns": int(events[0][0]), "signal": "stalls", "stalls": len(events),
-                      "stall_ms": round(mean_ms, 1), "every_s": round(period / 1e9, 2)}
-        return out
-
-    def waits_for(self, rank: int, slow: set[int]) -> bool:
-        """Whether `rank` waits for a rank of `slow` (`_slower_peers`), by the latest
-        evaluation's figures over each comm's horizon."""
-        return bool(self._slower_peers(rank, slow, self.long))
-
-    def _slower_peers(self, rank: int, cands, long: dict[str, dict[int, tuple]]) -> set[int]:
-        """The ranks of `cands` that compute clearly slower than `rank` (by half `slow_impact`,
-        the hysteresis margin) in a collective comm they share, by `long`'s figures: `rank`
-        waits for them inside that comm's calls. Only a comm whose members are of one pipeline
-        stage (by coordinates, where known): across stages they do different work between its
-        calls (generator E's TP 8 x PP 4 job without DP drawn with 2: its 1.3x last-stage rank
-        computed less between the job's grad-norm all-reduces than a third-stage rank found
-        1.12x, was taken to wait for it, and its incident resolved while it was as slow)."""
-        out: set[int] = set()
-        for ct, res in self._stage_groups(rank, long):
-            mine = res[rank][1] * (1.0 + self.slow_impact / 2)
-            out.update(q for q in ct.ranks if q != rank and q in res and q in cands and mine < res[q][1])
         return out
 
     def advisories(self, coords: dict[int, dict]) -> list[dict]:

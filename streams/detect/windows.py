@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from commwatch.streams.detect.comm_state import RECV_BWD, SEND_FWD, CommState
+from commwatch.streams.detect.comm_state import RECV_BWD, CommState
 from commwatch.streams.detect.medians import median as _median
 from commwatch.streams.detect.medians import EXACT_OTHERS, OTHERS, nanmedian, others_median
 

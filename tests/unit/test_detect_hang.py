@@ -283,8 +283,6 @@ def test_a_rank_whose_completions_stop_while_it_runs_is_not_hung(settings):
     them (a collective completes on every member or on none; a recv completes only once its
     send did). Its own open calls are nobody's wait: no hang while the job progresses (a P2
     `hw_fault` says so once it lasts). Found by a generator written apart from the detector."""
-    import numpy as np
-
     from commwatch import topics, wire
     from commwatch.capture import Message
 

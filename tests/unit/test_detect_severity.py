@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from commwatch.streams.detect.job_stage import UNFELT_SHARE, JobStage
+from commwatch.streams.detect.job_slow import UNFELT_SHARE
+from commwatch.streams.detect.job_stage import JobStage
 from commwatch.streams.detect.steps import StepTracker
 
 S = 1_000_000_000

@@ -11,7 +11,7 @@ import pytest
 from commwatch import topics
 from commwatch.capture import Message
 from commwatch.messages import validate_incident
-from commwatch.streams.detect import job_stage, slow
+from commwatch.streams.detect import job_slow, job_stage, slow
 from detect_jobs import MS, S, HandJob, slow_ranks_of, steps
 
 GEN_B = Path(__file__).resolve().parents[1] / "independent" / "jobs" / "gen.py"
@@ -320,7 +320,7 @@ def test_a_rank_whose_cost_the_jobs_steps_do_not_show_is_not_named(settings, tmp
     Drill: the rule off, and the hold of the comm's spread (`slow.NOISE_HOLD_NS`), which
     covers this case too (held, the spread keeps those windows from deciding)."""
     if drill:
-        monkeypatch.setattr(job_stage, "UNFELT_LOSS", -1.0)
+        monkeypatch.setattr(job_slow, "UNFELT_LOSS", -1.0)
         monkeypatch.setattr(slow, "NOISE_HOLD_NS", 0)
     assert (_gen_b_slow_ranks(settings, tmp_path, "fsdp_crash", seed=11) == []) is not drill
 
@@ -338,7 +338,8 @@ def test_comms_of_one_size_doing_different_work_are_judged_by_their_own_kinds_sp
     compared one (`SlowTracker._measured`), and the comm's spread not held (`NOISE_HOLD_NS`):
     those three rules cover this case too (with any of them, pooled by size names nobody)."""
     from commwatch.streams.detect import windows
-    from commwatch.streams.detect.slow import CommTiming, SlowTracker
+    from commwatch.streams.detect.comm_timing import CommTiming
+    from commwatch.streams.detect.slow import SlowTracker
 
     if drill:
         monkeypatch.setattr(CommTiming, "kind", lambda self: len(self.ranks))
@@ -357,13 +358,13 @@ def test_a_rank_computing_like_its_peers_between_its_tp_calls_is_not_named(setti
     without the rule (nor the one that a rank computing clearly less than a slower one found
     with it waits for it, nor the phases' bound that follows the collectives' claim, which
     cover this case too, nor `windows.MOST_VALID`: 11's lone gaps counted), rank 11 too."""
-    from commwatch.streams.detect import job_stage, windows
+    from commwatch.streams.detect import windows
     from commwatch.streams.detect.slow import SlowTracker
 
     if drill:
         monkeypatch.setattr(SlowTracker, "_normal_elsewhere", lambda *a: False)
         monkeypatch.setattr(SlowTracker, "_waiting_on_slower", lambda *a: [])
-        monkeypatch.setattr(job_stage, "ECHO_CLAIM_SHARE", 0.0)
+        monkeypatch.setattr(job_slow, "ECHO_CLAIM_SHARE", 0.0)
         monkeypatch.setattr(windows, "MOST_VALID", 0.0)
     named = slow_ranks_of(settings, gen_c("s13b"))
     assert any(11 in ranks for ranks in named) if drill else named == [[10]]
@@ -379,11 +380,11 @@ def test_a_victim_computing_like_its_tp_peer_within_their_groups_spread_is_not_n
     slow_impact, and it was named P2. Drill: judged within half slow_impact alone (and its
     phases' bound not following the collectives' claim, which covers this case too), rank 15
     too."""
-    from commwatch.streams.detect import job_stage, slow
+    from commwatch.streams.detect import slow
 
     if drill:
         monkeypatch.setattr(slow, "ELSEWHERE_SPREADS", 0.0)
-        monkeypatch.setattr(job_stage, "ECHO_CLAIM_SHARE", 0.0)
+        monkeypatch.setattr(job_slow, "ECHO_CLAIM_SHARE", 0.0)
     assert slow_ranks_of(settings, gen_c("s02b", seed=7000)) == ([[13], [15]] if drill else [[13]])
 
 
@@ -487,7 +488,8 @@ def test_the_culprit_is_the_rank_its_peers_wait_for():
     pipeline comms the rule says nothing (one or two peers' lags are no typical figure).
     Half of a comm slow (a node holding half of a stage's replicas): each of that half is
     waited on, though its lag is not 4 times the others' typical absolute lag."""
-    from commwatch.streams.detect.slow import LAG_STAND, CommTiming, SlowTracker
+    from commwatch.streams.detect.comm_timing import CommTiming
+    from commwatch.streams.detect.slow import LAG_STAND, SlowTracker
 
     ct = CommTiming(list(range(32)), False)
     peers = {r: -0.76 + 1.52 * ((r * 7) % 32) / 31 for r in range(32)}  # typical |lag| 0.38 ms
@@ -512,7 +514,8 @@ def test_a_tensor_parallel_peer_waiting_on_a_slower_rank_is_not_named_with_it():
     their TP calls, so 7's intervals between its expert-parallel calls are 1.25-1.3x its EP
     peers' and it was named too. Between their own TP calls 7 computes 0.6x what 6 does: the
     slower one is what the group waits for. Two ranks of one group slow alike stay named."""
-    from commwatch.streams.detect.slow import CommTiming, SlowTracker
+    from commwatch.streams.detect.comm_timing import CommTiming
+    from commwatch.streams.detect.slow import SlowTracker
 
     st = SlowTracker(0.1, 2)
     st.comms = {"tp": CommTiming([6, 7], False), "ep6": CommTiming([0, 2, 4, 6], False),
@@ -542,7 +545,8 @@ def test_peers_found_slow_by_far_less_than_their_groups_culprit_wait_for_it(monk
     computes slower in the group and was found 1.5x the excess or more is what they wait for.
     A launch-bound node (every member found 1.13-1.14x, slow itself) stays named whole.
     Drill: no such rule, 612 and 614 kept."""
-    from commwatch.streams.detect.slow import CommTiming, SlowTracker
+    from commwatch.streams.detect.comm_timing import CommTiming
+    from commwatch.streams.detect.slow import SlowTracker
 
     if drill:
         monkeypatch.setattr(slow, "ITSELF_APART", float("inf"))
@@ -567,7 +571,8 @@ def test_a_rank_is_not_judged_in_a_coarser_comm_while_its_finer_one_gives_it_no_
     and then gives it no figure (too few intervals of a kind in the latest windows), and rank 14
     was judged in the data-parallel comm meanwhile, until named at P2. It is not judged then;
     a rank whose only comm is the coarse one still is."""
-    from commwatch.streams.detect.slow import CommTiming, SlowTracker
+    from commwatch.streams.detect.comm_timing import CommTiming
+    from commwatch.streams.detect.slow import SlowTracker
 
     st = SlowTracker(0.1, 2)
     st.comms = {"pp": CommTiming([2, 6, 10, 14], True), "dp3": CommTiming([12, 13, 14, 15], False),
@@ -592,7 +597,8 @@ def test_a_rank_whose_finer_comm_stops_giving_it_figures_is_judged_in_a_coarser_
     give it a figure again (its intervals there too few of a kind, window after window) is
     judged in its coarser comm after `BLIND_WINDOWS` of them: slow there, it is named, not
     left unjudged for as long as the finer comm stays current."""
-    from commwatch.streams.detect.slow import BLIND_WINDOWS, CommTiming, SlowTracker
+    from commwatch.streams.detect.comm_timing import CommTiming
+    from commwatch.streams.detect.slow import BLIND_WINDOWS, SlowTracker
 
     st = SlowTracker(0.1, 2)
     st.comms = {"pp": CommTiming([2, 6, 10, 14], True), "dp3": CommTiming([12, 13, 14, 15], False)}

@@ -154,10 +154,10 @@ def test_a_previous_stage_slower_between_its_calls_but_not_in_its_phases_is_not_
     incident as a slow node of the same host when one of its iterations came in at 1.07x,
     over the fixed bound (1.05x) but far under what the collectives claimed. Drill: the bound
     does not follow the claim (`ECHO_CLAIM_SHARE` 0)."""
-    from commwatch.streams.detect import job_stage
+    from commwatch.streams.detect import job_slow
 
     if drill:
-        monkeypatch.setattr(job_stage, "ECHO_CLAIM_SHARE", 0.0)
+        monkeypatch.setattr(job_slow, "ECHO_CLAIM_SHARE", 0.0)
     named = slow_ranks_of(settings, gen_a("slow2x_1x4x4_gpu_r6", seed=10))
     assert [6] in named or [2, 6] in named
     assert (named == [[6]]) is not drill

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from commwatch import messages, topics, wire
+from commwatch import topics, wire
 from commwatch.capture import CaptureLineError, Message, parse_line
 from commwatch.decode import decode_message
 from commwatch.wire import WireError

@@ -1,0 +1,258 @@
+"""Stage 2's hang rules for one job, mixed into `JobStage` (`job_stage.py` has the contract).
+
+- `hang` (P0, one per job while it lasts): the wait-for graph (`waits.py`) judged as of what
+  every comm's reports tell (`JobStage.as_of`), from the ranks waiting in blocked instances to
+  the roots; silent, exited, torn-down and stuck roots; its evidence updated in place.
+- `comm_hang` (P0): a blocked instance that every member entered, none of them held by
+  anything older, and none completes.
+- `job_stalled` (P2): nobody inside a blocked call and no progress for far longer than usual.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from commwatch.streams.detect import waits
+
+if TYPE_CHECKING:
+    from commwatch.streams.detect.job_stage import JobState
+
+
+class HangRules:
+    """The hang, comm_hang and job_stalled rules of `JobStage` (its `as_of`, `silent_since`,
+    `_stuck`, `_stale` and thresholds are the stage's own)."""
+
+    def _hangs(self, js: JobState, now_ns: int, lost: set[str], out: list) -> None:
+        if not js.waits:
+            js.analysis = None
+            held = js.book.open.get(("hang",))
+            if held is not None and all(self.silent_since(js, r, now_ns) > held.opened_ns for r in held.culprit_ranks):
+                # nobody waits any more and its roots progress again: over (a rank-0-only
+                # checkpoint longer than the threshold, a stall that ended), not after the quiet
+                # period, while the job has been running for that long already
+                out.extend(js.book.resolve(("hang",), now_ns, "its root ranks progress again"))
+            return
+        at = self.as_of(js, now_ns)  # what every comm's reports tell: waits and silences are judged then
+        reporting = self._reporting(js, at)
+        if js.node_seen and not reporting:
+            js.book.keep(("hang",), now_ns)  # not known to be over either (`_ended` ends the job)
+            return  # nobody reports any more: the job ended or the pipeline lost it, not a hang
+        stale = self._stale(js, at)
+        # a comm that never completed a call has no cadence yet: its first wait may be a long
+        # first iteration (compilation, calls enqueued far ahead of the compute): warm-up
+        warm = self.settings.hang_warmup_s * 1e9
+        current = {c: w for c, w in js.waits.items() if c not in stale and (
+            js.comms.get(c, {}).get("done", True) or all(at - i["since_ns"] >= warm for i in w["instances"]))}
+        thr, root_thr = js.threshold_ns, js.root_threshold_ns
+        exited = self._exited(js)
+        stuck = self._stuck(js, at)
+        # a rank that left one comm (destroyed, to be created anew under another id) still
+        # waits and progresses in its others: gone only once it left them all. Generator D's
+        # data-parallel comms re-created mid-run: every rank had left one, and none was waited on
+        left = self._left_all(js)
+        # a rank silent for the threshold is hung once others wait on it inside a call (for the
+        # floor: the threshold measures the rank's own silence against its cadence; peers reach
+        # the call it never entered only at their own pace, within that cadence)
+        # a rank inside a P2P call whose other side completed its own: the transfer is over
+        # for the peer, and this side's completion never came (its process died inside the
+        # call, or its completion path is stuck): it waits on nobody, and its call is no
+        # transport hang. Generator A's node whose eight processes died just after entering
+        # their pipeline recvs (its agent heartbeating on), drawn with SEED 6: the eight recvs,
+        # their sends completed, were eight comm_hangs (one P0 naming no rank), and the eight
+        # dead ranks were never named
+        done_by_peer = {i["entered"][0] for w in current.values() for i in w["instances"] if i.get("peer_done")}
+        an = waits.analyse(current, at, min(thr, self.settings.hang_floor_s * 1e9),
+                           exited | set(stuck) | left | done_by_peer)
+        js.analysis = an
+        # comms with a call entered and not completed whose wait is not reported yet (it is,
+        # once waited in for a second): a member silent there may be inside that call
+        unreported = {c for c, rep in js.comms.items() if c not in js.waits and not rep.get("p2p_only")
+                      and rep.get("s", -1) > rep.get("d", -1)}
+        inside = self._inside_unjudged(js, current, stale)
+        roots = []
+        for r, (comm, seq, op, p2p) in sorted(an.roots.items()):
+            node = js.node_of.get(r)
+            if node in lost:
+                continue  # its node is lost: node_lost covers it
+            if any(r in js.members.get(c, ()) for c in stale):
+                continue  # a comm of it has news not read yet (its input is behind): not known silent
+            if r in exited:
+                reason = "exited"
+            elif r in stuck:
+                reason = "completion_stuck"
+            elif at - self.silent_since(js, r, at) >= root_thr:
+                if r in inside or any(r in js.members.get(c, ()) for c in unreported):
+                    continue  # maybe blocked in a call of it, behind someone else: not known hung yet
+                reason = "not_started" if r in an.not_started else "silent"
+            else:
+                continue  # still progressing elsewhere: slow, not hung (the slow detectors judge it)
+            roots.append((r, reason, comm, seq, op, p2p))
+        if roots:
+            skip = exited | set(stuck) | left | inside | {
+                r for w in current.values() for i in w["instances"] for r in i["entered"]}
+            skip.update(r for c in stale | unreported for r in js.members.get(c, ()))
+            roots.extend(self._died_with(js, at, roots, skip, root_thr))
+        waited = at - an.oldest_since_ns
+        if ("hang",) in js.book.open:
+            js.hang_waiters |= an.waiting
+        else:
+            js.hang_waiters = set(an.waiting)
+        roots, comm_roots = self._torn_down(js, at, roots, an.comm_roots)
+        if roots:
+            self._assert_hang(js, now_ns, at, an, roots, waited, root_thr, out)
+        elif ("hang",) in js.book.open and any(r in js.members.get(c, ()) for c in stale
+                                               for r in js.book.open[("hang",)].culprit_ranks):
+            # a comm of its roots is behind (its node's data late, a worker that took its
+            # partition over catching up): not known to progress again, the hang is kept
+            # open. Two workers, a hung job's partitions moving to the one that joined: its
+            # P0 resolved "not seen for 10 s", and opened again under its id once data came
+            js.book.keep(("hang",), now_ns)
+        comm_roots = [x for x in comm_roots if not lost.intersection(js.comms.get(x.comm, {}).get("nodes", ()))
+                      and set(js.comms.get(x.comm, {}).get("nodes") or ()) <= reporting
+                      # a comm a member of which exited is no transport hang: the exit explains it
+                      and not (exited & (set(x.entered) | js.members.get(x.comm, set())))
+                      and at - x.since_ns >= thr
+                      # calls queued far ahead (host enqueue) wait behind compute while their
+                      # ranks progress: a transport hang stops every member
+                      and all(at - self.silent_since(js, r, at) >= thr for r in x.entered)]
+        if comm_roots:
+            x = min(comm_roots, key=lambda i: (i.since_ns, i.comm))
+            nodes = sorted({n for i in comm_roots for n in js.comms.get(i.comm, {}).get("nodes", ())})
+            age = (at - x.since_ns) / 1e9
+            out.extend(js.book.assert_(
+                ("comm_hang",), now_ns, kind="comm_hang", severity="P0", culprit_ranks=[], culprit_nodes=nodes,
+                comm=x.comm,
+                summary=f"all {len(x.entered)} members entered {x.op} #{x.seq} on comm {x.comm[:4]}.. and none "
+                        f"completes for {age:.1f} s (nodes {', '.join(nodes) or '?'})",
+                evidence={"seq": x.seq, "op": x.op, "waited_s": round(age, 1), "ranks": sorted(x.entered)[:64],
+                          "comms": [i.comm for i in comm_roots][:16], "threshold_s": round(thr / 1e9, 2),
+                          "onset_ns": int(x.since_ns)},
+                id_hint=f"{x.comm}-{x.seq}"))
+
+    @staticmethod
+    def _inside_unjudged(js: JobState, current: dict, stale: set[str]) -> set[int]:
+        """Ranks inside a call whose wait is not judged yet (its comm never completed a call:
+        a first wait may be a long first iteration): they wait there, they are not silent.
+        Generator D's hang at the first iteration: a TP group's three members inside all-reduce
+        #0, the fourth never in it, the next stage waiting on all four in its recvs: the P0
+        named the four."""
+        return {r for c, w in js.waits.items() if c not in current and c not in stale
+                for i in w["instances"] for r in i["entered"]}
+
+    def _died_with(self, js: JobState, now_ns: int, roots: list, skip: set[int], thr: float) -> list[tuple]:
+        """The ranks of a silent root's node that fell silent with it (within `thr` of it),
+        silent for the threshold as it is, inside no call: a node's processes die together
+        (its agent heartbeating on), and nobody waits on some of them yet when the hang is
+        named. Generator A's node of eight processes crashing, drawn with SEED 13: the P0
+        named seven, the eighth (its pipeline partner on the same node, its data-parallel
+        peers not yet at their next reduction) joined a second later. A victim is inside the
+        call it waits in, or still progresses: neither is named."""
+        named = {x[0] for x in roots}
+        out = []
+        for r, reason, *_ in list(roots):
+            node = js.node_of.get(r)
+            if reason != "silent" or node is None:
+                continue
+            since = self.silent_since(js, r, now_ns)
+            for q in sorted(js.node_ranks.get(node, ())):
+                if q in named or q in skip:
+                    continue
+                quiet = self.silent_since(js, q, now_ns)
+                if quiet and now_ns - quiet >= thr and abs(quiet - since) <= thr:
+                    named.add(q)
+                    out.append((q, "silent", "", -1, "", False))
+        return out
+
+    def _torn_down(self, js: JobState, now_ns: int, roots: list, comm_roots: list) -> tuple[list, list]:
+        """While a hang is open its victims may be torn down (a watchdog aborts them): their
+        processes exit, the probe gives up on the calls of those left (COMPLETION_LOST), and the
+        waits change shape: a rank waiting on an exited one since the hang began seems a root,
+        and a call blocked since then, its peer's side given up on, every member entered (a
+        transport hang). So while it is open a root is one of its culprits, or a rank that fell
+        silent before it began and did not exit; and calls blocked since it began are its
+        symptoms. The third generator's watchdog abort, 40 s after a hang: the P0 was updated
+        to name two victims with the root, and a second P0 opened (a comm_hang). A rank never
+        seen waiting on a root while it is open is no victim: a second root, however soon after
+        the onset it fell silent (generator E's two ranks that stop at once, drawn with SEED 5:
+        rank 9's silence began a few milliseconds after rank 50's wait, which dates the hang,
+        and its TP peers' wait reached the threshold 0.25 s later; 9 was never named)."""
+        held = js.book.open.get(("hang",))
+        if held is None:
+            return roots, comm_roots
+        onset = held.evidence.get("onset_ns", held.opened_ns)
+        roots = [x for x in roots if x[0] in held.culprit_ranks
+                 or (x[1] != "exited" and (self.silent_since(js, x[0], now_ns) < onset
+                                           or self._never_waited(js, x[0])))]
+        return roots, [x for x in comm_roots if x.since_ns < onset]
+
+    @staticmethod
+    def _never_waited(js: JobState, rank: int) -> bool:
+        """Whether `rank` was never seen waiting on a root while the open hang lasted."""
+        return rank not in js.hang_waiters
+
+    def _assert_hang(self, js: JobState, now_ns: int, at: int, an: waits.Analysis, roots: list, waited: int,
+                     thr: float, out: list) -> None:
+        ranks = sorted(r for r, *_ in roots)
+        stuck = self._stuck(js, at)
+        detail = []
+        for r, reason, comm, seq, op, p2p in roots[:16]:
+            d = {"rank": r, "reason": reason, "comm": comm, "seq": seq, "op": op, "p2p": p2p, "node": js.node_of.get(r)}
+            if reason == "completion_stuck":
+                d["completed"], d["peers_completed"] = stuck[r][0], stuck[r][1]
+            detail.append(d)
+        first = next((d for d in detail if d["op"]), detail[0])
+        held = js.book.open.get(("hang",))
+        if not first["op"] and held is not None and held.evidence.get("op"):
+            # no root in a call any more (its peers' calls given up on, a watchdog's abort):
+            # the call it never entered is the one said when the hang opened
+            first = {**first, "comm": held.comm, "seq": held.evidence["seq"], "op": held.evidence["op"],
+                     "p2p": held.evidence.get("roots", [{}])[0].get("p2p", False)}
+        who = ", ".join(map(str, ranks[:8])) + ("..." if len(ranks) > 8 else "")
+        s = "s" if len(ranks) > 1 else ""
+        if first["reason"] == "exited":
+            what = f"rank{s} {who} exited; peers wait in {first['op']} #{first['seq']} on comm {first['comm'][:4]}.."
+        elif first["reason"] == "completion_stuck":
+            what = (f"rank{s} {who}: completions stopped at #{first['completed']} while peers completed "
+                    f"#{first['peers_completed']} (GPU or driver fault suspected); never entered {first['op']} "
+                    f"#{first['seq']} on comm {first['comm'][:4]}..")
+        elif first["reason"] == "not_started":
+            what = (f"rank{s} {who}: GPU never started {first['op']} #{first['seq']} on comm {first['comm'][:4]}.. "
+                    f"(enqueued by the host; peers wait in it on their GPUs: a kernel before it holds the GPU)")
+        else:
+            what = f"rank{s} {who} never entered {first['op']} #{first['seq']} on comm {first['comm'][:4]}.."
+        blocked = sorted({x.comm for x in an.blocked})
+        # the hang began when it began: an open one's onset never moves later. Its victims torn
+        # down (a watchdog's abort) reshape the waits, and the oldest left may be younger: its
+        # onset moved 0.4 s later, past a victim's silence, and `_torn_down` kept that victim
+        # as a rank silent before the hang began (generator C's abort drawn with 34000: the P0
+        # updated to name 25 with 26)
+        onset = int(an.oldest_since_ns)
+        if held is not None and held.evidence.get("onset_ns"):
+            onset = min(onset, int(held.evidence["onset_ns"]))
+        out.extend(js.book.assert_(
+            ("hang",), now_ns, kind="hang", severity="P0", culprit_ranks=ranks, culprit_nodes=self.nodes_of(js, ranks),
+            comm=first["comm"],
+            summary=f"{what}; {len(an.waiting)} ranks waiting {waited / 1e9:.1f} s",
+            evidence={"roots": detail, "seq": first["seq"], "op": first["op"], "waiting_ranks": len(an.waiting),
+                      "waited_s": round(waited / 1e9, 1), "threshold_s": round(thr / 1e9, 2),
+                      "blocked_comms": blocked[:32], "blocked_instances": len(an.blocked), "deadlock": an.deadlock,
+                      "onset_ns": onset},
+            id_hint=f"{first['comm']}-{'p2p' if first['p2p'] else ''}{first['seq']}"))
+
+    def _stalled(self, js: JobState, now_ns: int, out: list) -> None:
+        if js.waits or not js.comms or not js.node_seen:
+            return
+        limit = self.settings.node_lost_periods * self.settings.heartbeat_period_s * 1e9
+        if now_ns - max(js.node_seen.values()) > limit:
+            return  # nobody reports: the job ended or the pipeline lost it, not a stall
+        last = max(c["last_ns"] for c in js.comms.values())
+        if last <= 0:
+            return
+        need = max(self.settings.stall_floor_s * 1e9, self.settings.stall_step_factor * self.median_step_ns(js))
+        idle = now_ns - last
+        if idle >= need:
+            out.extend(js.book.assert_(
+                ("job_stalled",), now_ns, kind="job_stalled", severity="P2", culprit_ranks=[], culprit_nodes=[],
+                comm="", summary=f"no rank inside a call and no progress for {idle / 1e9:.0f} s",
+                evidence={"idle_s": round(idle / 1e9, 1), "limit_s": round(need / 1e9, 1), "onset_ns": int(last)},
+                id_hint=f"{now_ns}"))

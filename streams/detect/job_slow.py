@@ -1,0 +1,339 @@
+"""Stage 2's slow-rank rules for one job, mixed into `JobStage` (`job_stage.py` has the contract).
+
+Compute shares (`slow.py`), iteration phases (`steps.py`) and slow hosts (`host_gate.py`) ->
+one `slow_rank` incident per culprit (a node's ranks together, `_slow_units`), not its
+victims: echoes of a named rank, ranks waiting in their phases on it, and finds the job does
+not feel are held back; a stage slower from the start is one P3 advisory, a job slower than
+its own baseline with no culprit one P3.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import TYPE_CHECKING
+
+from commwatch.streams.detect.steps import LOCAL_LOSS, tp_group
+
+if TYPE_CHECKING:
+    from commwatch.streams.detect.job_stage import JobState
+
+HW_SLOW_EVIDENCE_RATIO = 0.95
+P1_AFTER_NS = 10_000_000_000  # a slow rank costing half the job's time is P1 once it lasts this long
+NODE_JOIN_NS = 5_000_000_000  # a rank joins the incident of another rank of its node opened this recently (`_slow_units`)
+UNFELT_SHARE = 3.0  # a rank newly found slow whose job lost under its impact / this since its onset, ...
+UNFELT_LOSS = 0.05  # ... and under this, is not named (`_unfelt`)
+ECHO_CLAIM_SHARE = 0.5  # phases under this share of the excess the collectives claim: an echo (`_echoes`)
+JOB_SLOWDOWN = 0.2  # step time this much above the job's baseline with no culprit ...
+JOB_SLOWDOWN_HOLD_NS = 20_000_000_000  # ... for this long: a P3
+
+
+class SlowRules:
+    """The slow_rank rules of `JobStage` (its slow links and hardware are `HwRules`')."""
+
+    def _fresh_steps(self, js: JobState, now_ns: int) -> list[dict]:
+        """Every rank reported an iteration between ticks: its phases are judged at once, and the
+        slow-rank evaluation runs now if they name a rank not named yet (rather than at the
+        next `SLOW_EVAL_NS`: in a job with 1 s steps, up to half an iteration sooner)."""
+        js.steps.fresh = False
+        out: list[dict] = []
+        if not js.world_size:  # the job's size unknown: the next evaluation judges it
+            return out
+        held, before = self._slow_open(js), js.steps.judged
+        verdicts = js.steps.evaluate(now_ns, js.coords, held, js.world_size)
+        if js.steps.judged > before and set(verdicts) - held:
+            js.last_slow_eval = now_ns
+            self._slow(js, now_ns, out)
+        return out
+
+    @staticmethod
+    def _slow_open(js: JobState, rates: bool = False) -> set[int]:
+        """Ranks named by open slow-rank incidents; `rates`: only those named for computing
+        slower (the rate models hold them), not for stalls (`SlowTracker.stalls`: the rate
+        models took each stall for a pause, and would hold the figures it inflates)."""
+        return {r for inc in js.book.of_kind("slow_rank") for r in inc.culprit_ranks
+                if not rates or inc.evidence.get("signal") != "stalls"}
+
+    @staticmethod
+    def _slow_units(js: JobState, found: dict[int, dict], hung: set[int], now_ns: int
+                    ) -> list[tuple[tuple, list[int], dict]]:
+        """Incidents to assert: (key, culprit ranks, evidence). One per slow rank; ranks of one
+        node found slow at once, one per node (a node throttled as a whole: one page); ranks of
+        a group slow as a whole (`slow.py`, `steps.py`), one per group. A rank named by an open
+        incident stays in it, whichever way it is found now, and a rank found later joins the
+        open incident of its node or group: one fault, one incident (generator A's slow node of
+        a data-parallel job under host-enqueue, judged by the phases: seven of its eight ranks
+        in one incident, the eighth 3 s later in another; drawn with SEED 6, one of them first,
+        alone, and five others 1 s later in a second incident). A rank alone joins only within
+        `NODE_JOIN_NS` of its incident's opening: a node slowing as a whole shows its ranks
+        within seconds, a rank found long after another of its node is another fault
+        (generator B's DDP job drawn with SEED 7: a rank named at 14 s by a pause, its node's
+        2x culprit found at 27 s joined it, and the incident named a non-culprit)."""
+        named = {r: key for key, inc in js.book.open.items() if inc.kind == "slow_rank" for r in inc.culprit_ranks}
+        node_open: dict[str, tuple] = {}  # node -> the first open incident naming a rank of it
+        for r, key in named.items():
+            if js.node_of.get(r) is not None and now_ns - js.book.open[key].opened_ns <= NODE_JOIN_NS:
+                node_open.setdefault(js.node_of[r], key)
+        new = [r for r in found if r not in hung and r not in named]
+        together: dict[tuple, list[int]] = {}
+        for r in new:
+            node = js.node_of.get(r)
+            if node is not None:
+                together.setdefault(("slow_rank", "node", node), []).append(r)
+            if found[r].get("group"):
+                together.setdefault(("slow_rank", "group", found[r]["group"]), []).append(r)
+        units: dict[tuple, tuple[list[int], dict]] = {}
+        for r, ev in sorted(found.items()):
+            if r in hung:
+                continue
+            by_node, by_group = ("slow_rank", "node", js.node_of.get(r)), ("slow_rank", "group", ev.get("group"))
+            key = (named.get(r) or next((k for k in (by_node, by_group) if k in js.book.open), None)
+                   or node_open.get(by_node[2])
+                   or next((k for k in (by_node, by_group) if len(together.get(k, ())) > 1), ("slow_rank", r)))
+            units.setdefault(key, ([], ev))[0].append(r)
+        out = []
+        for key, (ranks, ev) in units.items():
+            inc = js.book.open.get(key)
+            ranks = sorted(set(ranks) | set(inc.culprit_ranks if inc else ()))
+            out.append((key, ranks, {**ev, "ranks": ranks} if len(ranks) > 1 else ev))
+        return out
+
+    def _echoes(self, js: JobState, found: dict[int, dict], phased: dict[int, dict], now_ns: int) -> list[int]:
+        """Ranks the collectives newly judge slow that the iteration phases show computing like
+        their peers (their largest phase ratio in the latest iteration, judged within three
+        steps, under half the threshold's excess, or under half the excess the collectives
+        claim), while the phases name another rank slower, or an incident does: they wait on
+        it, and the waits fall between their calls of the comm they are judged in. A rank that
+        computes X slower shows it in its phases (its own work); waits inside a phase add only
+        what the rank waited there. Generator A's 2x rank of a TP=1 pipeline drawn with SEED
+        10: its previous stage's rank, 1.21-1.35x between its pipeline calls, its phases
+        0.97-1.07x (4 % noise), joined the culprit's incident as a slow node. Generator C's
+        interleaved pipeline drawn with 12000: its culprit (1.5x in its phases) named at once,
+        the next stage's tensor-parallel pair (phases 1.0x) named 11.5 s later as a slow node,
+        2x between its TP calls, where its recvs from the culprit's stage sit in an interleaved
+        schedule. Where the phases name nobody (an FSDP job: every rank waits on the culprit
+        inside its phases alike), nothing is taken back; nor is a rank slow itself among
+        culprits of its own group (`_slow_among`)."""
+        named = self._slow_open(js)
+        culprits = named | {r for r, ev in phased.items() if ev.get("ratio", 0.0) >= 1 + js.slow.slow_impact}
+        if not culprits or now_ns - js.steps.last_end_ns > 3 * self.median_step_ns(js):
+            return []  # nobody else named, or no recent iteration judged
+        half = js.slow.slow_impact / 2
+        out = []
+        for r, ev in found.items():
+            bound = 1 + max(half, ECHO_CLAIM_SHARE * (ev.get("ratio", 1.0) - 1))
+            if ev.get("signal") == "collectives" and r not in culprits and not self._slow_among(js, ev, culprits) and \
+                    js.steps.ratio.get(r, bound) < bound and not (
+                        self._phases_blind(js, r) and ev.get("ratio", 1.0) >= self._named_ratio(js, culprits)):
+                out.append(r)
+        return out
+
+    @staticmethod
+    def _named_ratio(js: JobState, ranks: set[int]) -> float:
+        """The largest ratio the open slow-rank incidents naming any of `ranks` were found by."""
+        return max((float(inc.evidence.get("ratio", 1.0)) for inc in js.book.open.values()
+                    if inc.kind == "slow_rank" and ranks.intersection(inc.culprit_ranks)), default=1.0)
+
+    @staticmethod
+    def _phases_blind(js: JobState, rank: int) -> bool:
+        """Whether `rank`'s phases compare it only with peers that wait for it: every rank of
+        its pipeline stage is of its tensor-parallel group (no data parallelism), so they
+        wait for it inside their phases and it computes like them there, whatever it does.
+        Such a rank is taken for an echo only where it was found slower by less than the named
+        culprits (`_echoes`). Generator E's TP 8 x PP 4 job without DP drawn with SEED 6: its
+        1.3x last-stage rank 29, found right after a previous-stage victim (1.1x) was named,
+        was taken back as the victim's echo; drawn with 2, that victim, found 1.12x after 29,
+        is still its echo."""
+        c = js.coords.get(rank)
+        group = tp_group(c)
+        if group is None:
+            return False
+        stage = c.get("pp", 0)
+        return all(tp_group(q) == group for q in js.coords.values() if q.get("pp", 0) == stage)
+
+    @staticmethod
+    def _slow_among(js: JobState, ev: dict, culprits: set[int]) -> bool:
+        """Whether a rank found slow is slow itself (`SlowTracker._slow_itself`: slower than
+        its group's siblings between its group's calls) in a group that holds a culprit: its
+        phases hold its waits for that slower peer, which is slow too (generator E's
+        launch-bound node: seven of its eight ranks taken for echoes of the slowest)."""
+        group = js.slow.comms.get(ev.get("slow_itself") or "")
+        return group is not None and bool(culprits.intersection(group.ranks))
+
+    def _waiting_in_phases(self, js: JobState, found: dict[int, dict], phased: dict[int, dict]) -> set[int]:
+        """Ranks the phases alone name that compute clearly faster, between the calls of a
+        collective comm they share, than a rank the collectives find slow or an incident names
+        (`SlowTracker.waits_for`): their phases hold their waits for it inside that comm's
+        calls. Generator E's MoE job (TP 2, DP 32, EP 8, GPU-timed) drawn with 1: its 1.5x
+        rank 37 was named by the collectives at once; its seven expert-parallel peers, 1.28x
+        in forward (their all-to-alls wait for it there) and slower in their optimizer step
+        too (its expert data-parallel all-reduce waits as well), each stood alone in its TP
+        pair, and were named P3 as two slow nodes 5 s later. A rank slower than the one it
+        shares a comm with is not taken back: the comm's figures say who waits."""
+        slow = self._slow_open(js, rates=True) | {r for r, ev in found.items() if ev.get("signal") == "collectives"}
+        if not slow:
+            return set()
+        return {r for r in phased if r not in found and js.slow.waits_for(r, slow - {r})}
+
+    @staticmethod
+    def _felt(js: JobState, ev: dict, open_) -> float:
+        """The share of the job's time a slow rank costs, as its severity and summary give it:
+        what the collectives claim, but no more than `UNFELT_SHARE` x what the job's own
+        iterations lost since it was found (its incident opened), where the job reports them
+        and its baseline was taken before (a rank slow from the start is in its baseline).
+        Generator C's healthy job with one-iteration host stalls drawn with 18000: a TP pair
+        named P3 with no loss claimed became P1 "the job loses ~92 % of its time waiting on
+        them" 24 s later, while the job's iterations ran as fast as before it (a median of
+        1.21 s against 1.2-2.3 s). The phases' impact is the job's steps already."""
+        impact = ev["impact"]
+        steps = js.steps
+        since = open_.opened_ns if open_ is not None else ev.get("onset_ns", 0)
+        if ev.get("signal") == "phases" or steps.settled_ns is None or since < steps.settled_ns:
+            return impact
+        loss = steps.loss_since(since)
+        return impact if loss is None else min(impact, max(0.0, loss) * UNFELT_SHARE)
+
+    def _unfelt(self, js: JobState, found: dict[int, dict]) -> list[int]:
+        """Ranks the collectives newly judge slow whose cost the job's own steps do not show:
+        the iterations that ended since the onset (two at least) are within a third of the
+        claimed impact of the job's baseline, and within `UNFELT_LOSS` (the claim is rough:
+        generator B's 1.3x FSDP rank claimed 60-100 % where its job lost 25 %). A rank that
+        computes slower costs its peers their wait for it, every iteration: where nobody
+        waited, its intervals held something else. Generator B's FSDP job drawn with SEED 11:
+        a rank 2.7-3.5x between its calls (2 ms apart) for three windows, "the job loses
+        27 %", while the job's iterations took 0.94-1.01 s against a 0.95 s baseline, was
+        named P2."""
+        named = self._slow_open(js)
+        out = []
+        for r, ev in found.items():
+            if ev.get("signal") != "collectives" or r in named or ev.get("impact", 0.0) <= 0:
+                continue
+            loss = js.steps.loss_since(ev.get("onset_ns", 0))
+            if loss is not None and loss < min(ev["impact"] / UNFELT_SHARE, UNFELT_LOSS):
+                out.append(r)
+        return out
+
+    def _slow(self, js: JobState, now_ns: int, out: list, periodic: bool = True) -> None:
+        """Slow ranks and groups judged now. The periodic evaluation (every `SLOW_EVAL_NS`),
+        not the ones a new window calls for, also judges the iterations most ranks reported
+        (`steps.py`; judged more often, more would be judged before their last rank, the
+        straggler, reported) and counts the stage-imbalance advisories' evaluations (a steady
+        pace keeps that count a measure of time)."""
+        hung = set(js.book.open[("hang",)].culprit_ranks) if ("hang",) in js.book.open else set()
+        held = self._slow_open(js, rates=True)
+        world = js.world_size or len(self._ranks(js))
+        js.slow.step_ns = self.median_step_ns(js)
+        in_use = {c: r["members"] for c, r in js.comms.items() if r.get("active")}
+        found = js.slow.evaluate(now_ns, js.coords, world, held, in_use, self._stale(js, now_ns))
+        # phases may hold waits, compute intervals do not: a rank the collectives judge slow is
+        # theirs; a lone straggler in a phase where they see nothing (its collectives carry no
+        # timing, or are too coarse: a gradient all-reduce the probe does not see) is the phases'
+        phased = js.steps.evaluate(now_ns, js.coords, held) if periodic else js.steps.verdicts
+        for r in self._echoes(js, found, phased, now_ns) + self._unfelt(js, found):
+            found.pop(r, None)
+        waited = self._waiting_in_phases(js, found, phased)
+        for r, ev in phased.items():
+            if r in found:
+                found[r]["phases"] = ev
+            elif r not in waited and not js.gate.waits_for(r, now_ns):
+                found[r] = ev
+        for r, ev in js.slow.stalls(now_ns, held | found.keys()).items():
+            found.setdefault(r, ev)  # a rank found slow otherwise is that; one that stalls again and again, this
+        loss = js.steps.slowdown()
+        for r, ev in js.gate.evaluate(now_ns).items():  # host-enqueue: the host the job's calls wait for
+            cost = round(max(0.0, loss or 0.0), 4)
+            found.setdefault(r, {**ev, "impact": cost, "slowdown": cost, "ratio": round(1.0 + cost, 3)})
+        if not found and loss is not None and loss >= LOCAL_LOSS:
+            # the job slower than its baseline and nothing else explains it: a rank alone slower
+            # in the phase it computes apart does; it costs the job what the job lost
+            found = {r: {**ev, "impact": loss} for r, ev in js.steps.local_verdicts.items()}
+        clocks = self._sm_clocks(js)
+        med_clock = statistics.median(clocks.values()) if len(clocks) >= 2 else 0.0
+        for key, ranks, ev in self._slow_units(js, found, hung, now_ns):
+            open_ = js.book.open.get(key)
+            impact = self._felt(js, ev, open_)
+            if impact < ev["impact"]:
+                ev = {**ev, "impact": round(impact, 4), "impact_claimed": ev["impact"]}
+            lasting = open_ is not None and now_ns - open_.opened_ns >= P1_AFTER_NS
+            sev = "P1" if impact >= 0.5 and lasting else "P2" if impact >= 0.2 else "P3"
+            if open_ is not None:
+                sev = min(sev, open_.severity)  # severity only rises while open: no flapping updates
+            low = {r: clocks[r] for r in ranks if clocks.get(r) and med_clock
+                   and clocks[r] < HW_SLOW_EVIDENCE_RATIO * med_clock}
+            if low:
+                ev = {**ev, "sm_clock_mhz": min(low.values()), "peers_sm_clock_mhz": med_clock}
+                if len(ranks) > 1:
+                    ev["sm_clock_low_ranks"] = sorted(low)
+            if loss is not None and loss > 0:
+                ev = {**ev, "job_slowdown": loss}
+            if len(ranks) == 1 and ranks[0] in js.coords:
+                ev = {**ev, "coords": js.coords[ranks[0]]}
+            where = (("its" if len(ranks) == 1 else "their") + " iteration phases") if ev.get("signal") == "phases" \
+                else "computing between calls"
+            nodes = self.nodes_of(js, ranks)
+            pct = max(0.0, ev["slowdown"]) * 100  # a resolving incident's figure may dip under its peers'
+            if ev.get("signal") == "host":
+                who = (f"rank{'s' if len(ranks) > 1 else ''} {_span(ranks)}: {'its' if len(ranks) == 1 else 'their'} "
+                       f"host is the bottleneck: the calls complete {ev['turn_ms']:.0f} ms after "
+                       f"{'it enqueues' if len(ranks) == 1 else 'they enqueue'} them, {ev['peers_turn_ms']:.0f} ms "
+                       f"after the peers do (CPU contention? a launch-bound host)")
+                where = "host-enqueue probe"
+            elif ev.get("signal") == "stalls":
+                who = (f"rank{'s' if len(ranks) > 1 else ''} {_span(ranks)} stall{'' if len(ranks) > 1 else 's'} outside "
+                       f"every call, {ev['stall_ms'] / 1e3:.2f} s at a time, every ~{ev['every_s']:.1f} s "
+                       f"({ev['stalls']} times lately: a data loader or host hiccup?)")
+                where = "its peers wait in their next call"
+            elif len(ranks) == 1:
+                who = f"rank {ranks[0]} is {pct:.0f}% slower than the ranks doing the same work"
+            else:
+                who = (f"ranks {_span(ranks)} ({', '.join(nodes[:4])}{'...' if len(nodes) > 4 else ''}) are "
+                       f"~{pct:.0f}% slower than the ranks doing the same work elsewhere")
+            out.extend(js.book.assert_(
+                key, now_ns, kind="slow_rank", severity=sev, culprit_ranks=ranks, culprit_nodes=nodes,
+                comm=ev.get("comm", ""), quiet_ns=int(3 * self.median_step_ns(js)),
+                summary=f"{who} ({where}); the job loses ~{max(0.0, impact) * 100:.0f}% of its time waiting on "
+                        f"{'it' if len(ranks) == 1 else 'them'}",
+                evidence=ev, id_hint=f"{ranks[0]}-{now_ns}"))
+        named = self._slow_open(js)
+        for adv in js.slow.advisories(js.coords) if periodic else ():
+            if named.intersection(adv["ranks"]):
+                continue  # ranks of the stage are slow: they explain it (a slow node from the start)
+            nodes = self.nodes_of(js, adv["ranks"])
+            out.extend(js.book.assert_(
+                ("imbalance", adv["stage"]), now_ns, kind="slow_rank", severity="P3", culprit_ranks=[],
+                culprit_nodes=[], comm="",
+                summary=f"pipeline stage {adv['stage']} ({len(adv['ranks'])} ranks) computes "
+                        f"{(adv['ratio'] - 1) * 100:.0f}% more than the other stages since the start: "
+                        f"rebalance the stages; no faulty rank",
+                evidence={"advisory": "stage_imbalance", "stage": adv["stage"], "ranks": adv["ranks"][:64],
+                          "ratio": adv["ratio"], "nodes": nodes[:16]},
+                id_hint=f"stage{adv['stage']}"))
+        current = now_ns - js.steps.last_end_ns <= 3 * max(js.steps.median_step_s() * 1e9, 1e9)
+        unexplained = (loss is not None and loss >= JOB_SLOWDOWN and current and not found and not held and not hung
+                       and not self._link_open(js))
+        js.slowdown_since = (js.slowdown_since or now_ns) if unexplained else 0
+        if unexplained and now_ns - js.slowdown_since >= JOB_SLOWDOWN_HOLD_NS:
+            out.extend(js.book.assert_(
+                ("job_slowdown",), now_ns, kind="slow_rank", severity="P3", culprit_ranks=[], culprit_nodes=[],
+                comm="", summary=f"the job's steps take {loss * 100:.0f}% longer than its own baseline; "
+                                 f"no rank explains it",
+                evidence={"job_slowdown": loss, "median_step_s": round(js.steps.median_step_s(), 3),
+                          "baseline_step_s": round(js.steps.base_s, 3)},
+                id_hint=f"{now_ns}"))
+        links, nodes = js.slow.slow_links(now_ns, set(found), js.node_of)
+        if links:
+            self._slow_link(js, links, nodes, now_ns, out)
+
+
+def _span(ranks: list[int]) -> str:
+    """Ranks as runs.
+
+    >>> _span([8, 9, 10, 11, 24])
+    '8-11, 24'
+    """
+    runs: list[list[int]] = []
+    for r in sorted(ranks):
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)
