@@ -18,7 +18,8 @@ Reports (JSON-able dicts, each with "type", "job", "ts_ns" = the job's event tim
 - `wait_clear`: the comm's wait is over.
 - `comm` (every `COMM_REPORT_NS` per comm): `members`, `nodes`, `size`, `unknown` (members
   never seen), `device` (a call of it ran on a device: GPU_TIMED or ENQUEUED records, NCCL), `d` / `s` (highest collective completed / entered by any member), `d_ns`
-  (when `d` last advanced, on the job's clock),
+  (when `d` last advanced, on the job's clock), `seen_d_ns` (when a member's probe last saw a
+  newer collective complete: calls given up on, COMPLETION_LOST, count in `d`, not here),
   `gap_p99_ns` (the comm's cadence: how long its members normally go without progress),
   `last_ns` (when any member last made progress), `seen_ns` (the event time of the newest
   message about the comm: heartbeats come every period, so older means its input is
@@ -373,7 +374,8 @@ class CommStage:
         return {
             "type": "comm", "job": st.job, "ts_ns": int(now_ns), "comm": st.hex,
             "members": ranks.tolist(), "nodes": st.nodes(), "size": int(st.size), "unknown": st.unknown(),
-            "d": int(st.d_max), "d_ns": int(st.d_adv_ns), "s": int(st.started.max()) if st.n else -1,
+            "d": int(st.d_max), "d_ns": int(st.d_adv_ns), "seen_d_ns": int(st.seen_d_ns),
+            "s": int(st.started.max()) if st.n else -1,
             "p2p_only": st.p2p_only, "device": st.device,
             "active": bool((st.n and int(st.started.max()) >= 0) or st.p2p),
             "done": bool(st.d_max >= 0 or any(c[1] >= 0 for c in st.p2p.values())),

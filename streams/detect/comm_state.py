@@ -110,6 +110,8 @@ class CommState:
         self.first_ns = 0
         self.d_max = -1  # highest collective completed by any member
         self.d_adv_ns = 0  # when it last advanced
+        self.seen_d = -1  # the highest collective a member's probe saw complete (not given up on) ...
+        self.seen_d_ns = 0  # ... and when: a collective completes on every member or none (`JobStage._alive_ns`)
         self.open_since = 0  # when a member first entered instance d_max + 1 (0: none yet)
         self.p2p_only = True  # no collective seen yet
         self.device = False  # a call ran on a device (GPU_TIMED or ENQUEUED: NCCL), not blocking a host (gloo)
@@ -366,6 +368,11 @@ class CommState:
         if n_p2p:
             self._apply_p2p(recs[p2p], slot[p2p], done[p2p], timed[p2p], ts[p2p], flags[p2p])
         self.p2p_only = False
+        seen = observed & ((flags & wire.FLAG_COMPLETION_LOST) == 0) & ~p2p
+        if seen.any():
+            top = int(recs["seq"][seen].max())
+            if top > self.seen_d:
+                self.seen_d, self.seen_d_ns = top, max(self.seen_d_ns, int(ts[seen].max()))
         # inside the call, not only queued: its device started it (GPU_TIMED: a device entry or
         # a completion) or the host blocked in it (neither GPU_TIMED nor ENQUEUED)
         real = ((flags & wire.FLAG_GPU_TIMED) != 0) | ((flags & wire.FLAG_ENQUEUED) == 0)
@@ -596,6 +603,8 @@ class CommState:
                 self.done_adv_ns[s] = now_ns
                 self.ever_done[s] = True
                 moved.append(s)
+            if r["completed"] > self.seen_d:  # a heartbeat's counter: what its probe saw complete
+                self.seen_d, self.seen_d_ns = r["completed"], max(self.seen_d_ns, now_ns)
             if r.get("p2p"):
                 for p in r["p2p"]:
                     pcr = p["peer"]

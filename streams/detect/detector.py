@@ -359,13 +359,20 @@ class Detector:
         self.stats["messages"] += 1
         self._idle_until = 0
         job = decoded.get("job") or message_job(msg)
-        if msg.topic == topics.TOPOLOGY and job in self.job_stage.jobs and self.job_stage.jobs[job].ended_reason == (
-                "job_ended"):
-            self._forget(job)  # a process of a new run announces its placement: the job runs again
+        out: list[dict] = []
+        if msg.topic == topics.TOPOLOGY and job in self.job_stage.jobs:
+            # a process of a new run announces its placement: the job runs again, after it
+            # ended or as a new world (`JobStage.placed_anew`): what the old run left open
+            # resolves, and its state is forgotten
+            if self.job_stage.jobs[job].ended_reason == "job_ended":
+                self._forget(job)
+            elif why := self._guard(job, self.job_stage.placed_anew, job, decoded):
+                out = self._guard(job, self.job_stage.restarted, job, self.job_clocks.now(job, ref_ns), why)
+                self._forget(job)
         stamp = msg.ts_ns + min(0, self.comm_stage.skew_of(job, decoded))
         self.job_clocks.observe(job, min(stamp, self._clock_top(self.job_clocks, job, stamp, ref_ns)), ref_ns)
         now = self.job_clocks.now(job, ref_ns)
-        out = self._guard(job, self.job_stage.feed, msg, decoded, now)
+        out.extend(self._guard(job, self.job_stage.feed, msg, decoded, now))
         out.extend(self._guard(job, self.job_stage.tick_job, job, now, self.held(job)))
         return out
 

@@ -74,6 +74,7 @@ class JobState:
     steps: StepTracker
     gate: HostGate = field(default_factory=HostGate)
     node_of: dict[int, str] = field(default_factory=dict)
+    placed: dict[int, str] = field(default_factory=dict)  # rank -> its node, as its placement said (`placed_anew`)
     coords: dict[int, dict] = field(default_factory=dict)
     world_size: int = 0
     node_ranks: dict[str, set] = field(default_factory=dict)
@@ -160,11 +161,38 @@ class JobStage(HangRules, SlowRules, HwRules):
                 ranks.add(r)
         return []
 
+    def placed_anew(self, job: str, decoded: dict) -> str:
+        """Whether a rank's placement (`cw.topology.v1`) says the job runs again as a new world:
+        why, or "" if not. A process announces its placement when it starts; one that places a
+        known rank on another node, or gives another world size than the job's ranks gave, is
+        of a new run under the same job id (an elastic restart on fewer nodes renumbers the
+        ranks). Read against the old run's ranks, nodes and counters, the new run's would be
+        judged as theirs (the sixth generator's restart on 7 of 8 nodes: the dead node's P0
+        kept open and switching to P2 as renumbered ranks 40-47 completed on another node,
+        every survivor node named P0 lost as the new run's heartbeats began, and its slow rank
+        never named)."""
+        js = self.jobs.get(job)
+        if js is None or not js.placed:
+            return ""
+        rank, node, world = decoded["rank"], decoded["node"], decoded["world_size"]
+        if js.world_size and world != js.world_size:
+            return f"a new world of {world} ranks (it had {js.world_size})"
+        if js.placed.get(rank, node) != node:
+            return f"rank {rank} now runs on {node} (it ran on {js.placed[rank]})"
+        return ""
+
+    def restarted(self, job: str, now_ns: int, why: str) -> list[dict]:
+        """The job runs again as a new world (`placed_anew`): what the old run left open is
+        resolved, saying so (the caller then forgets the job's state)."""
+        js = self.jobs.get(job)
+        return js.book.resolve_all(now_ns, "job_restarted", f"the job restarted: {why}") if js else []
+
     def feed(self, msg, decoded: dict, now_ns: int) -> list[dict]:
         """Topology, steps and hardware messages (`msg.topic` says which); no incident at once."""
         js = self.job(decoded["job"])
         self._touch(js, now_ns)
         if msg.topic == topics.TOPOLOGY:
+            js.placed[decoded["rank"]] = decoded["node"]
             js.node_of[decoded["rank"]] = decoded["node"]
             js.node_ranks.setdefault(decoded["node"], set()).add(decoded["rank"])
             js.world_size = max(js.world_size, decoded["world_size"])
@@ -437,13 +465,13 @@ class JobStage(HangRules, SlowRules, HwRules):
         # behind their clocks run (stage 1, `node_lag.py`): none is judged lost for a period more
         joining = now_ns - js.node_joined_ns < limit + self.settings.heartbeat_period_s * 1e9
         lost = set()
-        exited = self._exited(js)
+        gone = self._exited(js) | self._left_all(js)
         ends = self.capture_ends.get(js.job, {})
         period = self.settings.heartbeat_period_s * 1e9
         for node, seen in sorted(js.node_seen.items()):
             ranks = sorted(js.node_ranks.get(node, ()))
-            if ranks and set(ranks) <= exited:
-                continue  # its processes ended: the agent has nothing left to report
+            if ranks and set(ranks) <= gone:
+                continue  # its processes ended, or left every comm: the agent has nothing left to report
             if node in ends and seen >= ends[node] - period:
                 continue  # its last heartbeat in the capture: the capture ended there
             if now_ns - seen >= limit and newest - seen >= limit and (
@@ -469,10 +497,13 @@ class JobStage(HangRules, SlowRules, HwRules):
         """The latest evidence from other nodes that a silent node's ranks still run: a
         collective of a comm spanning nodes completes on every member or on none, so one that
         another node completed had the silent node's ranks in it. Current evidence only (within
-        `limit`, or the comm's own cadence of progress); 0 when none (its ranks stopped too)."""
+        `limit`, or the comm's own cadence of progress); 0 when none (its ranks stopped too).
+        Calls given up on (COMPLETION_LOST: a watchdog's abort) are no completion of theirs
+        (`seen_d_ns`; the sixth generator's node crashed and its survivors aborted 6 s later:
+        the node's P0 turned P2, 'its ranks still complete collectives')."""
         alive = 0
         for comm, c in js.comms.items():
-            at = c.get("d_ns", 0)
+            at = c.get("seen_d_ns", 0)
             if at > alive and ranks & js.members.get(comm, set()) and set(c.get("nodes") or ()) - {node} and (
                     now_ns - at < max(limit, c.get("gap_p99_ns", 0))):
                 alive = at

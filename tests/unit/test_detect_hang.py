@@ -667,3 +667,39 @@ def test_two_ranks_that_stop_at_once_are_both_named_in_one_p0(settings, gen_e, m
     hangs = [e for e in events if e["kind"] == "hang"]
     assert len({e["incident"] for e in hangs}) == 1 and all(e["severity"] == "P0" for e in hangs)
     assert hangs[-1]["culprit_ranks"] == ([50] if drill else sorted(truth["jobs"][0]["culprits"]))
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_job_restarted_on_fewer_nodes_under_its_id_resolves_the_old_run_and_is_watched_afresh(
+        settings, gen_f, monkeypatch, drill):
+    """The sixth generator's elastic restart (q15: TP 8 x DP 8, GPU-timed): node 5 crashes at
+    20 s (no COMM_DESTROY from its ranks: the job never ends), the survivors abort at 26 s
+    (COMPLETION_LOST, then COMM_DESTROY), and at 33 s the job runs again under its id on the
+    7 other nodes, 56 ranks renumbered; its new rank 13 is 1.3x from 50 s. The new run's
+    placements (`cw.topology.v1`: another world size, ranks on other nodes) restart the job:
+    the dead node's P0 resolves, saying so, and rank 13 is named alone. The abort's given-up
+    calls are no completion of the dead node's ranks (its P0 stays P0 till the restart).
+    Drill: placements not read as a new run (`JobStage.placed_anew`): the dead node's
+    incident stays open, read against renumbered ranks, and rank 13 is never named."""
+    from commwatch.capture import read_sorted
+    from commwatch.decode import decode_messages
+    from commwatch.streams.detect import Detector
+    from commwatch.streams.detect.job_stage import JobStage
+
+    if drill:
+        monkeypatch.setattr(JobStage, "placed_anew", lambda *a: "")
+    cap, truth = gen_f("q15_elastic_slow")
+    crash, slow = truth["jobs"]
+    assert crash["culprits"] == list(range(40, 48)) and slow["culprits"] == [13] and slow["ranks"] == 56
+    msgs = read_sorted(cap)
+    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    lost = [e for e in events if e["kind"] == "node_lost"]
+    named = [e["culprit_ranks"] for e in events if e["kind"] == "slow_rank" and e["status"] != "resolved"]
+    if drill:
+        assert lost[-1]["status"] != "resolved" and not named
+        return
+    assert {e["culprit_nodes"][0] for e in lost} == {crash["nodes"]["40"]}
+    assert lost[-1]["status"] == "resolved" and lost[-1]["evidence"]["resolved_reason"] == "job_restarted"
+    assert lost[-1]["ts_ns"] >= truth["jobs"][1]["onset_ns"] - 20 * 10**9  # at the restart (33 s), not the end
+    assert [e["severity"] for e in lost if e["status"] == "update"] == ["P0"]
+    assert named and all(r == [13] for r in named)
