@@ -23,6 +23,7 @@ NODE_JOIN_NS = 5_000_000_000  # a rank joins the incident of another rank of its
 UNFELT_SHARE = 3.0  # a rank newly found slow whose job lost under its impact / this since its onset, ...
 UNFELT_LOSS = 0.05  # ... and under this, is not named (`_unfelt`)
 ECHO_CLAIM_SHARE = 0.5  # phases under this share of the excess the collectives claim: an echo (`_echoes`)
+ECHO_SHOWN = True  # a rank standing out in the latest iteration's phases is a culprit to echo (`_echoes`)
 JOB_SLOWDOWN = 0.2  # step time this much above the job's baseline with no culprit ...
 JOB_SLOWDOWN_HOLD_NS = 20_000_000_000  # ... for this long: a P3
 
@@ -110,11 +111,19 @@ class SlowRules:
         interleaved pipeline drawn with 12000: its culprit (1.5x in its phases) named at once,
         the next stage's tensor-parallel pair (phases 1.0x) named 11.5 s later as a slow node,
         2x between its TP calls, where its recvs from the culprit's stage sit in an interleaved
-        schedule. Where the phases name nobody (an FSDP job: every rank waits on the culprit
+        schedule. The phases need not have named it yet: the latest iteration judged shows it
+        standing out (`ECHO_SHOWN`; the sixth generator's HSDP job drawn with 2, rank 27 1.3x:
+        its node-mate 24, 1.11x between the calls of its cross-node comm (its waits for 27 in
+        the node's comm fall there), phases 1.00x, was found a tenth of a second before the
+        node's other ranks, with nobody named yet, while the iteration before showed 27 at
+        1.25x: named P3, then 27 joined it). Where the phases name nobody (an FSDP job: every rank waits on the culprit
         inside its phases alike), nothing is taken back; nor is a rank slow itself among
         culprits of its own group (`_slow_among`)."""
         named = self._slow_open(js)
-        culprits = named | {r for r, ev in phased.items() if ev.get("ratio", 0.0) >= 1 + js.slow.slow_impact}
+        over = 1 + js.slow.slow_impact
+        culprits = named | {r for r, ev in phased.items() if ev.get("ratio", 0.0) >= over}
+        if ECHO_SHOWN:  # ... or the latest iteration shows one standing out, before its streak names it
+            culprits |= {r for r, x in js.steps.ratio.items() if x >= over}
         if not culprits or now_ns - js.steps.last_end_ns > 3 * self.median_step_ns(js):
             return []  # nobody else named, or no recent iteration judged
         half = js.slow.slow_impact / 2

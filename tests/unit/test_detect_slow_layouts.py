@@ -5,7 +5,7 @@ peers wait for a slow rank inside their phases."""
 
 import pytest
 
-from commwatch.streams.detect import job_stage, slow, steps, windows
+from commwatch.streams.detect import job_slow, job_stage, slow, steps, windows
 from detect_jobs import slow_ranks_of
 
 
@@ -172,3 +172,20 @@ def test_a_tp_group_its_stage_waits_for_in_the_optimizer_step_names_its_member_s
     cap, truth = gen_f(name)
     assert truth["jobs"][0]["culprits"] == ([37] if name == "q19_overlap_slow" else [])
     assert slow_ranks_of(settings, cap) == culprits
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_node_mate_waiting_for_an_hsdp_rank_found_before_the_phases_name_it_is_its_echo(
+        settings, gen_f, monkeypatch, drill):
+    """The sixth generator's HSDP job (shard inside a node, replicate across nodes, GPU-timed)
+    drawn with 2: rank 27 1.3x from 20 s. Its node-mates wait for it in the node's comm, and
+    those waits fall between the calls of their cross-node comm: 24 was found there at 1.11x a
+    tenth of a second before the node's other ranks, its phases 1.00x, while the iteration
+    before showed 27 at 1.25x (its streak not long enough to name it yet). Nobody being named,
+    24 was named P3, and 27 joined it. Now the latest iteration's stand-out is a culprit to
+    echo (`job_slow.ECHO_SHOWN`): 27 alone. Drill: the rule off, 24 is named with 27."""
+    if drill:
+        monkeypatch.setattr(job_slow, "ECHO_SHOWN", False)
+    cap, truth = gen_f("q12_hsdp_slow", seed=2)
+    assert truth["jobs"][0]["culprits"] == [27]
+    assert slow_ranks_of(settings, cap) == ([[24, 27]] if drill else [[27]])
