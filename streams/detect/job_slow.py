@@ -201,6 +201,30 @@ class SlowRules:
         loss = steps.loss_since(since)
         return impact if loss is None else min(impact, max(0.0, loss) * UNFELT_SHARE)
 
+    @staticmethod
+    def _link_comms(js: JobState) -> set[str]:
+        """The comms an open slow link that names its nodes (P2) was found on."""
+        return {c["comm"] for key, inc in js.book.open.items() if key[0] == "slow_link" and inc.severity == "P2"
+                for c in inc.evidence.get("comms", ())}
+
+    def _link_victims(self, js: JobState, found: dict[int, dict]) -> list[int]:
+        """Ranks the collectives newly judge slow that are members of a comm a slow link (P2,
+        open) was found on: a rank that waits longer in that comm's slowed transfers computes
+        "slower" between the calls of its others, and the link explains it. The sixth
+        generator's NIC at 1/4 bandwidth under TP 16 across two nodes drawn with 5: the link
+        was named P2 on the right node, then 8 of the TP group's ranks looked 13-17 % slower
+        between their calls and were named P3 slow ranks (and the TP comm left the link's
+        evidence: its ranks counted as slow)."""
+        comms = self._link_comms(js)
+        if not comms:
+            return []
+        named = self._slow_open(js)
+        members: set[int] = set()
+        for c in comms:
+            members.update(js.members.get(c, ()))
+        return [r for r, ev in found.items()
+                if ev.get("signal") == "collectives" and r in members and r not in named]
+
     def _unfelt(self, js: JobState, found: dict[int, dict]) -> list[int]:
         """Ranks the collectives newly judge slow whose cost the job's own steps do not show:
         the iterations that ended since the onset (two at least) are within a third of the
@@ -237,7 +261,7 @@ class SlowRules:
         # theirs; a lone straggler in a phase where they see nothing (its collectives carry no
         # timing, or are too coarse: a gradient all-reduce the probe does not see) is the phases'
         phased = js.steps.evaluate(now_ns, js.coords, held) if periodic else js.steps.verdicts
-        for r in self._echoes(js, found, phased, now_ns) + self._unfelt(js, found):
+        for r in self._echoes(js, found, phased, now_ns) + self._unfelt(js, found) + self._link_victims(js, found):
             found.pop(r, None)
         waited = self._waiting_in_phases(js, found, phased)
         for r, ev in phased.items():
@@ -328,7 +352,7 @@ class SlowRules:
                 evidence={"job_slowdown": loss, "median_step_s": round(js.steps.median_step_s(), 3),
                           "baseline_step_s": round(js.steps.base_s, 3)},
                 id_hint=f"{now_ns}"))
-        links, nodes = js.slow.slow_links(now_ns, set(found), js.node_of)
+        links, nodes = js.slow.slow_links(now_ns, set(found), js.node_of, self._link_comms(js))
         if links:
             self._slow_link(js, links, nodes, now_ns, out)
 

@@ -947,14 +947,15 @@ class SlowTracker(StallRules):
                 out.append({"stage": s, "ranks": sorted(stages[s]), "ratio": round(ratio, 3)})
         return out
 
-    def slow_links(self, now_ns: int, slow_ranks: set[int], node_of: dict[int, str] | None = None
-                   ) -> tuple[list[dict], list[str]]:
+    def slow_links(self, now_ns: int, slow_ranks: set[int], node_of: dict[int, str] | None = None,
+                   linked: set[str] = frozenset()) -> tuple[list[dict], list[str]]:
         """Cross-node comms whose transfers stay slow while no member rank is slow, and the nodes
         to blame: the ends of the node pairs every slow comm spans and no comm with normal
         transfers spans (a pair both ends of which also meet in a healthy comm is a healthy link);
         without such a pair, the nodes the most slow comms share. P2P channels between two
         nodes (`node_of`) name their pair directly: a slow one is a candidate, a normal one
-        clears its pair."""
+        clears its pair. A comm of `linked` (an open link was found on it) stays a candidate
+        while its transfers stay slow, slow members or not: the link slows them."""
         hot, cool = [], []
         hot_pairs: set[tuple[str, str]] = set()
         for comm, ct in self.comms.items():
@@ -968,8 +969,8 @@ class SlowTracker(StallRules):
                 if ct.link_streak == 0 and ct.base_xfer >= 0:
                     cool.append(set(ct.nodes))
                 continue
-            if slow_ranks.intersection(ct.ranks) or any(self.ratio.get(r, 1.0) >= 1 + self.slow_impact
-                                                        for r in ct.ranks):
+            if comm not in linked and (slow_ranks.intersection(ct.ranks) or any(
+                    self.ratio.get(r, 1.0) >= 1 + self.slow_impact for r in ct.ranks)):
                 continue
             hot.append({"comm": comm, "nodes": list(ct.nodes), "xfer_ms": ct.xfer_ms,
                         "normal_xfer_ms": round(ct.base_xfer, 3)})

@@ -685,6 +685,27 @@ def test_a_members_lone_gap_where_its_peers_calls_came_back_to_back_is_not_compu
     assert (counts[3] == counts[0]) is not drill
 
 
+@pytest.mark.parametrize("drill", [False, True])
+def test_ranks_a_slow_link_slows_are_not_named_and_the_link_stays_on_its_node(settings, gen_f, monkeypatch, drill):
+    """The sixth generator's NIC at 1/4 bandwidth under TP 16 across two nodes, drawn with 5:
+    the link was named P2 on node 3, then 8 of the TP group's 16 ranks looked 13-17 % slower
+    between their calls and were named P3 slow ranks, and the TP comm left the link's
+    evidence (its ranks counted as slow): the link became a P3 over four nodes. Now the link
+    alone, P2 on node 3 to the end. Drill: an open link explains no rank and keeps no comm."""
+    from commwatch.capture import read_sorted
+    from commwatch.decode import decode_messages
+    from commwatch.streams.detect import Detector
+
+    if drill:
+        monkeypatch.setattr(job_stage.JobStage, "_link_comms", staticmethod(lambda js: set()))
+    cap, _ = gen_f("q10_tp16_slow_nic", seed=5)
+    msgs = read_sorted(cap)
+    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    assert {e["kind"] for e in events} == ({"slow_link", "slow_rank"} if drill else {"slow_link"})
+    link = [e for e in events if e["kind"] == "slow_link"][-1]
+    assert (link["severity"], link["culprit_nodes"]) == (("P3", []) if drill else ("P2", [f"{link['job']}-n03"]))
+
+
 @pytest.mark.parametrize("drill", ["", "key", "explains"])
 def test_a_slow_nic_is_one_incident_that_also_explains_the_jobs_slowdown(settings, gen_d, monkeypatch, drill):
     """Generator D's slow NIC drawn with 10 (its node's transfers slow from 20 s, no rank
