@@ -125,6 +125,13 @@ def gen_f(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def gen_g(tmp_path_factory):
+    """A capture of the seventh independent generator (`tests/independent/edges`) and its truth
+    (its default base seed 1)."""
+    return _scenario_truth(tmp_path_factory, "edges", 1)
+
+
+@pytest.fixture(scope="session")
 def gen_a(tmp_path_factory):
     """A capture of the first independent generator (`tests/independent/megatron`): its
     scenario by name, drawn with `SEED` (an offset to its seeds, 0 as committed), generated
