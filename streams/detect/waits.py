@@ -19,8 +19,8 @@ Starting from the instances waited in for at least the threshold, the roots are 
 components of what is reachable: a rank (inside no blocked call: hung, exited, stuck, or
 merely slow and still progressing, which the caller tells apart by its silence), an
 instance (every member entered it, none is held elsewhere and none completes: the
-transport, a `comm_hang`), or a cycle (a real deadlock: the ranks of it that most
-instances wait for).
+transport, a `comm_hang`), or a cycle (a real deadlock: the ranks of it that its instances
+lack, `_cycle_ranks`).
 
 >>> w = {"aa": {"instances": [{"seq": 4, "op": "AllReduce", "since_ns": 0, "entered": [0, 1], "missing": [2]}]},
 ...      "bb": {"instances": [{"seq": 9, "op": "AllReduce", "since_ns": 0, "entered": [2, 3], "missing": [4]}]}}
@@ -168,8 +168,7 @@ def analyse(waits: dict[str, dict], now_ns: int, threshold_ns: float, terminal: 
             continue
         if len(comp) > 1:
             res.deadlock = True
-            top = max(indeg.get(r, 0) for r in hard)
-            ranks = [r for r in hard if indeg.get(r, 0) == top]
+            ranks = _cycle_ranks(hard, indeg)
         for r in ranks:
             where = next((insts[n[1]] for n, outs in adj.items() if not isinstance(n, int) and r in outs
                           and (lacks(n[1], r) or r in terminal)), None)
@@ -195,6 +194,14 @@ def analyse(waits: dict[str, dict], now_ns: int, threshold_ns: float, terminal: 
     res.waiting -= set(res.roots)
     res.oldest_since_ns = min(x.since_ns for x in res.blocked) if res.blocked else now_ns
     return res
+
+
+def _cycle_ranks(hard: list[int], indeg: dict[int, int]) -> list[int]:
+    """The roots of a deadlock: every rank of the cycle that an instance of it lacks (each
+    waits for the other), however many others wait on each. The seventh generator's two
+    pipeline ranks each inside a send to the other (an ordering bug): only the one more
+    ranks waited on was named."""
+    return hard
 
 
 def _sink_components(adj: dict) -> list[list]:

@@ -703,3 +703,30 @@ def test_a_job_restarted_on_fewer_nodes_under_its_id_resolves_the_old_run_and_is
     assert lost[-1]["ts_ns"] >= truth["jobs"][1]["onset_ns"] - 20 * 10**9  # at the restart (33 s), not the end
     assert [e["severity"] for e in lost if e["status"] == "update"] == ["P0"]
     assert named and all(r == [13] for r in named)
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_p2p_deadlock_names_both_ranks_of_the_cycle(settings, gen_g, monkeypatch, drill):
+    """The seventh generator's pipeline ranks 35 and 36 each inside an unbatched send to the
+    other (an ordering bug): each waits for the other's recv, a cycle; the one that more ranks
+    waited on (35) was named alone. Now both, in one P0 (the wait graph alone, then the
+    capture). Drill: the cycle's most waited-on rank only."""
+    from commwatch.capture import read_sorted
+    from commwatch.decode import decode_messages
+    from commwatch.streams.detect import Detector, waits
+
+    if drill:
+        monkeypatch.setattr(waits, "_cycle_ranks", lambda hard, indeg: [
+            r for r in hard if indeg.get(r, 0) == max(indeg.get(q, 0) for q in hard)])
+    p2p = {"instances": [
+        {"seq": 7, "op": "Send", "since_ns": 0, "entered": [35], "missing": [36], "p2p": True},
+        {"seq": 7, "op": "Send", "since_ns": 0, "entered": [36], "missing": [35], "p2p": True},
+        {"seq": 8, "op": "Send", "since_ns": 0, "entered": [34], "missing": [35], "p2p": True}]}
+    g = waits.analyse({"pp": p2p}, now_ns=10 ** 10, threshold_ns=5 * 10 ** 9, terminal=set())
+    assert g.deadlock and (sorted(g.roots) == [35, 36]) is not drill
+    cap, _ = gen_g("e01-p2p-deadlock")
+    msgs = read_sorted(cap)
+    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    p0 = [e for e in events if e["severity"] == "P0"]
+    assert len({e["incident"] for e in p0}) == 1 and p0[0]["kind"] == "hang"
+    assert (p0[-1]["culprit_ranks"] == [35, 36]) is not drill
