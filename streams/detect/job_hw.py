@@ -43,18 +43,28 @@ class HwRules:
         return ("slow_link", tuple(nodes))
 
     @classmethod
-    def _slow_link(cls, js: JobState, links: list[dict], nodes: list[str], now_ns: int, out: list) -> None:
+    def _slow_link(cls, js: JobState, links: list[dict], nodes: list[str], now_ns: int, out: list,
+                   rank: int | None = None) -> None:
+        """`rank`: the one rank every slow comm holds (`SlowTracker.slow_links`): its own path."""
         evidence: dict = {"comms": links[:16]}
         summary = f"transfers slow on {len(links)} comm(s) spanning {', '.join(nodes)}; no rank is slow"
+        if all(h["nodes"] == nodes for h in links) and len(nodes) == 1:
+            summary = (f"transfers slow on {len(links)} comm(s) inside {nodes[0]} (its NVLink, NVSwitch or PCIe "
+                       f"path); no rank is slow")
         erring = [n for n in nodes if now_ns - js.ib_errors.get(n, (0, -IB_ERRORS_RECENT_NS))[1] < IB_ERRORS_RECENT_NS]
         if len(nodes) > 2 and 1 <= len(erring) <= 2:  # the nodes' link counters tell which link
             evidence.update(candidate_nodes=nodes, ib_symbol_errors={n: js.ib_errors[n][0] for n in erring})
             summary = (f"transfers slow on {len(links)} comm(s) spanning {len(nodes)} nodes; no rank is slow, "
                        f"and InfiniBand symbol errors rose on {', '.join(erring)} only")
             nodes = erring
+        if rank is not None:
+            evidence["rank"] = rank
+            summary = (f"transfers slow on {len(links)} comm(s), rank {rank} the one member they all share: its own "
+                       f"path (its comm kernels under contention, its PCIe or its NIC rail); no rank computes slower")
         if len(nodes) <= 2:
             out.extend(js.book.assert_(
-                cls._link_key(js, nodes), now_ns, kind="slow_link", severity="P2", culprit_ranks=[],
+                cls._link_key(js, nodes), now_ns, kind="slow_link", severity="P2",
+                culprit_ranks=[rank] if rank is not None else [],
                 culprit_nodes=nodes, comm=links[0]["comm"], summary=summary, evidence=evidence,
                 id_hint=f"{'-'.join(nodes)}-{now_ns}"))
         else:  # every slow comm spans the same nodes: which of their links is slow is not known

@@ -218,7 +218,8 @@ class SlowRules:
         comms = self._link_comms(js)
         if not comms:
             return []
-        named = self._slow_open(js)
+        named = self._slow_open(js) | {r for key, inc in js.book.open.items() if key[0] == "slow_link"
+                                       for r in inc.culprit_ranks}
         members: set[int] = set()
         for c in comms:
             members.update(js.members.get(c, ()))
@@ -352,9 +353,9 @@ class SlowRules:
                 evidence={"job_slowdown": loss, "median_step_s": round(js.steps.median_step_s(), 3),
                           "baseline_step_s": round(js.steps.base_s, 3)},
                 id_hint=f"{now_ns}"))
-        links, nodes = js.slow.slow_links(now_ns, set(found), js.node_of, self._link_comms(js))
+        links, nodes, rank = js.slow.slow_links(now_ns, set(found), js.node_of, self._link_comms(js))
         if links:
-            self._slow_link(js, links, nodes, now_ns, out)
+            self._slow_link(js, links, nodes, now_ns, out, rank)
 
 
 def _span(ranks: list[int]) -> str:

@@ -948,22 +948,26 @@ class SlowTracker(StallRules):
         return out
 
     def slow_links(self, now_ns: int, slow_ranks: set[int], node_of: dict[int, str] | None = None,
-                   linked: set[str] = frozenset()) -> tuple[list[dict], list[str]]:
+                   linked: set[str] = frozenset()) -> tuple[list[dict], list[str], int | None]:
         """Cross-node comms whose transfers stay slow while no member rank is slow, and the nodes
         to blame: the ends of the node pairs every slow comm spans and no comm with normal
         transfers spans (a pair both ends of which also meet in a healthy comm is a healthy link);
         without such a pair, the nodes the most slow comms share. P2P channels between two
         nodes (`node_of`) name their pair directly: a slow one is a candidate, a normal one
-        clears its pair. A comm of `linked` (an open link was found on it) stays a candidate
-        while its transfers stay slow, slow members or not: the link slows them."""
+        clears its pair. A comm inside one node (its NVLink) names that node. A comm of `linked`
+        (an open link was found on it) stays a candidate while its transfers stay slow, slow
+        members or not: the link slows them. Third: the one rank that two slow comms or more
+        have in common, where no node pair is to blame (its own path is: its comm kernels, its
+        PCIe, its NIC rail), else None."""
         hot, cool = [], []
+        common: set[int] | None = None
         hot_pairs: set[tuple[str, str]] = set()
         for comm, ct in self.comms.items():
             if ct.p2p:
                 if node_of and self._fresh(ct, now_ns):
                     self._channel_links(comm, ct, node_of, slow_ranks, hot, cool, hot_pairs)
                 continue
-            if not self._fresh(ct, now_ns) or len(ct.nodes) < 2:
+            if not self._fresh(ct, now_ns) or not ct.nodes or len(ct.nodes) < 2 and not self._in_node(ct, node_of):
                 continue
             if ct.link_streak < self.slow_windows:
                 if ct.link_streak == 0 and ct.base_xfer >= 0:
@@ -974,20 +978,35 @@ class SlowTracker(StallRules):
                 continue
             hot.append({"comm": comm, "nodes": list(ct.nodes), "xfer_ms": ct.xfer_ms,
                         "normal_xfer_ms": round(ct.base_xfer, 3)})
+            common = set(ct.ranks) if common is None else common.intersection(ct.ranks)
         if not hot:
-            return [], []
+            return [], [], None
         shared = set.intersection(*(set(h["nodes"]) for h in hot))
         pairs = {(a, b) for a in shared for b in shared if a < b
                  and not any(a in c and b in c for c in cool)}
         direct = {p for p in hot_pairs if p in pairs}  # a slow channel between the two
         if direct or pairs:
-            return hot, sorted({n for p in (direct or pairs) for n in p})
+            return hot, sorted({n for p in (direct or pairs) for n in p}), None
+        for h in hot:
+            if "ranks" in h:
+                common = set(h["ranks"]) if common is None else common.intersection(h["ranks"])
+        if len(hot) >= 2 and common is not None and len(common) == 1:
+            (rank,) = common
+            if node_of and node_of.get(rank) in shared:
+                return hot, [node_of[rank]], rank
         counts: dict[str, int] = {}
         for h in hot:
             for n in h["nodes"]:
                 counts[n] = counts.get(n, 0) + 1
         top = max(counts.values())
-        return hot, sorted(n for n, c in counts.items() if c == top)
+        return hot, sorted(n for n, c in counts.items() if c == top), None
+
+    @staticmethod
+    def _in_node(ct: CommTiming, node_of: dict[int, str] | None) -> bool:
+        """A comm inside one node, every member placed there (its NVLink is its link): the
+        seventh generator's node whose NVLink degraded, its TP comm's transfers 12x, was only
+        the job's unexplained slowdown."""
+        return bool(node_of) and all(node_of.get(r) == ct.nodes[0] for r in ct.ranks)
 
     def _channel_links(self, comm: str, ct: CommTiming, node_of: dict[int, str], slow_ranks: set[int], hot: list,
                        cool: list, hot_pairs: set) -> None:

@@ -706,6 +706,32 @@ def test_ranks_a_slow_link_slows_are_not_named_and_the_link_stays_on_its_node(se
     assert (link["severity"], link["culprit_nodes"]) == (("P3", []) if drill else ("P2", [f"{link['job']}-n03"]))
 
 
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_slow_link_inside_a_node_and_a_rank_slow_in_its_own_transfers_are_named(settings, gen_g, monkeypatch,
+                                                                                  drill):
+    """The seventh generator: a node's NVLink degraded (its TP comm's transfers 12x, no rank
+    slower) was reported only as the job's unexplained 37 % slowdown: a comm inside one node
+    never counted for a link. Rank 17 slow in its own comm kernels (3x transfers in every comm
+    it is in, its compute normal): a P3 link over all nodes, no rank named. Now the node's
+    link P2, and rank 17 named in a P2 on its node, the one member its slow comms share.
+    Drill: comms inside one node do not count."""
+    from commwatch.capture import read_sorted
+    from commwatch.decode import decode_messages
+    from commwatch.streams.detect import Detector
+
+    if drill:
+        monkeypatch.setattr(slow.SlowTracker, "_in_node", staticmethod(lambda ct, node_of: False))
+    got = {}
+    for name in ("e05-nvlink-degraded", "e07-comm-kernel-slow"):
+        cap, truth = gen_g(name)
+        msgs = read_sorted(cap)
+        events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+        got[name] = [(e["kind"], e["severity"], e["culprit_ranks"], e["culprit_nodes"]) for e in events
+                     if e["severity"] in ("P0", "P1", "P2")]
+    assert (got["e05-nvlink-degraded"] == [("slow_link", "P2", [], ["node-007"])]) is not drill
+    assert (got["e07-comm-kernel-slow"] == [("slow_link", "P2", [17], ["node-002"])]) is not drill
+
+
 @pytest.mark.parametrize("drill", ["", "key", "explains"])
 def test_a_slow_nic_is_one_incident_that_also_explains_the_jobs_slowdown(settings, gen_d, monkeypatch, drill):
     """Generator D's slow NIC drawn with 10 (its node's transfers slow from 20 s, no rank
