@@ -10,8 +10,9 @@ a noisy neighbour) gates every call of every comm it is in, and its peers' GPUs 
 
 A rank is found when, in one of its comms, it gated at least `GATE_SHARE` of the instances
 of every window for `GATE_HOLD_NS` of event time (two windows at least, `GATE_MIN_INSTANCES`
-instances in all): a host pause (a garbage collection) gates the few calls after it, not
-a second of them. Its peers in those comms wait for it (`waits_for`): the iteration phases
+instances in all), or in one window alone holding `GATE_AT_ONCE` gated instances: a host
+pause (a garbage collection) gates the few calls after it, not a second of them, nor most of
+a busy comm's window. Its peers in those comms wait for it (`waits_for`): the iteration phases
 they report, which hold those waits, name none of them. What it costs the job is the job's
 own step-time loss (`StepTracker.slowdown`), filled in by stage 2.
 """
@@ -24,6 +25,7 @@ GATE_SHARE = 0.6  # a window's instances a rank gated, at least, to count
 GATE_HOLD_NS = 1_000_000_000  # gating windows in a row must span this much event time
 GATE_MIN_INSTANCES = 4  # ... and hold this many instances in all
 GATE_STALE_NS = 5_000_000_000  # a comm with no gating window this long counts no more
+GATE_AT_ONCE = 8  # gated instances in one window that hold at once (a pause gates one or two calls after it)
 
 
 @dataclass
@@ -33,6 +35,7 @@ class _Streak:
     last_ns: int = 0  # the latest window's end
     windows: int = 0
     instances: int = 0
+    most: int = 0  # the most instances one window of the run gated
     turn_ms: float = 0.0  # its latest median enqueue-to-completion
     peers_turn_ms: float = 0.0  # the other members' (median)
     members: list[int] = field(default_factory=list)
@@ -43,6 +46,7 @@ class HostGate:
 
     def __init__(self) -> None:
         self.streaks: dict[str, _Streak] = {}
+        self.fresh = False  # a run began to hold since the last evaluation
 
     def window(self, rep: dict) -> None:
         """A collective window report; only host-enqueue ones carry `gate`."""
@@ -54,13 +58,16 @@ class HostGate:
         ranks, ts = rep["ranks"], int(rep["ts_ns"])
         top = max(range(len(gate)), key=gate.__getitem__)
         if gate[top] < GATE_SHARE or ranks[top] < 0:
-            st.rank, st.windows, st.instances = -1, 0, 0
+            st.rank, st.windows, st.instances, st.most = -1, 0, 0, 0
             st.last_ns = ts
             return
         if st.rank != ranks[top]:
-            st.rank, st.since_ns, st.windows, st.instances = ranks[top], ts, 0, 0
+            st.rank, st.since_ns, st.windows, st.instances, st.most = ranks[top], ts, 0, 0, 0
+        held = self._holds(st)
         st.windows += 1
-        st.instances += int(rep.get("gate_n", 0))
+        n = int(rep.get("gate_n", 0))
+        st.instances += n
+        st.most = max(st.most, int(gate[top] * n + 0.5))
         st.last_ns = ts
         turns = rep.get("turn_ms") or []
         if len(turns) == len(ranks):
@@ -68,14 +75,20 @@ class HostGate:
             st.turn_ms = float(turns[top])
             st.peers_turn_ms = float(others[len(others) // 2]) if others else 0.0
         st.members = list(ranks)
+        if not held and self._holds(st):
+            self.fresh = True  # stage 2 evaluates at once, not at its next periodic evaluation
+
+    @staticmethod
+    def _holds(st: _Streak) -> bool:
+        return st.rank >= 0 and (st.most >= GATE_AT_ONCE or (
+            st.windows >= 2 and st.instances >= GATE_MIN_INSTANCES and st.last_ns - st.since_ns >= GATE_HOLD_NS))
 
     def _held(self, now_ns: int) -> dict[str, _Streak]:
-        return {c: st for c, st in self.streaks.items()
-                if st.rank >= 0 and st.windows >= 2 and st.instances >= GATE_MIN_INSTANCES
-                and st.last_ns - st.since_ns >= GATE_HOLD_NS and now_ns - st.last_ns <= GATE_STALE_NS}
+        return {c: st for c, st in self.streaks.items() if self._holds(st) and now_ns - st.last_ns <= GATE_STALE_NS}
 
     def evaluate(self, now_ns: int) -> dict[int, dict]:
         """Ranks found gating now -> evidence (stage 2 sets `impact` and `slowdown`)."""
+        self.fresh = False
         out: dict[int, dict] = {}
         for c, st in sorted(self._held(now_ns).items(), key=lambda x: -x[1].instances):
             if st.rank not in out:

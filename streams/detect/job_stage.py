@@ -285,7 +285,7 @@ class JobStage(HangRules, SlowRules, HwRules):
         the slow-rank evaluation a new window or a hot rank calls for (`_slow_due`)."""
         due = js.last_tick + TICK_NS
         if not js.ended_ns:
-            if js.slow.fresh:
+            if js.slow.fresh or js.gate.fresh:
                 due = min(due, js.last_fresh_eval + FRESH_EVAL_NS)
             if js.slow.due_ns:
                 due = min(due, max(js.slow.due_ns, js.last_fresh_eval + FRESH_EVAL_NS))
@@ -294,11 +294,12 @@ class JobStage(HangRules, SlowRules, HwRules):
     @staticmethod
     def _slow_due(js: JobState, now_ns: int) -> bool:
         """A slow-rank evaluation between the periodic ones (at most every `FRESH_EVAL_NS`): a
-        window arrived that may decide alone (`SlowTracker._hot`), or a rank hot over enough
-        windows reached `SLOW_MIN_NS` (time alone concludes it)."""
+        window arrived that may decide alone (`SlowTracker._hot`), a rank's gating of a
+        host-enqueue comm began to hold (`HostGate`), or a rank hot over enough windows reached
+        `SLOW_MIN_NS` (time alone concludes it)."""
         if now_ns - js.last_fresh_eval < FRESH_EVAL_NS:
             return False
-        return js.slow.fresh or 0 < js.slow.due_ns <= now_ns
+        return js.slow.fresh or js.gate.fresh or 0 < js.slow.due_ns <= now_ns
 
     def health(self, job: str, now_ns: int, drops: dict[str, int] | None = None) -> dict | None:
         """The job's health snapshot (`health.py`); None for a job never seen."""
