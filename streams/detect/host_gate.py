@@ -10,10 +10,13 @@ a noisy neighbour) gates every call of every comm it is in, and its peers' GPUs 
 
 A rank is found when, in one of its comms, it gated at least `GATE_SHARE` of the instances
 of every window for `GATE_HOLD_NS` of event time (two windows at least, `GATE_MIN_INSTANCES`
-instances in all), or in one window alone holding `GATE_AT_ONCE` gated instances: a host
-pause (a garbage collection) gates the few calls after it, not a second of them, nor most of
-a busy comm's window. Its peers in those comms wait for it (`waits_for`): the iteration phases
-they report, which hold those waits, name none of them. What it costs the job is the job's
+instances in all): a host pause (a garbage collection) gates the calls after it until its
+host runs ahead again, not a second of windows. One window does not decide, however many
+calls it gated: the seventh generator's host stalling 2 s every 10 s under host-enqueue
+gated 27 of one window's 32 calls after each stall, and was named P3 "its host is the
+bottleneck" when a window of eight gated calls was let decide. Its peers in those comms
+wait for it (`waits_for`): the iteration phases they report, which hold those waits, name
+none of them. What it costs the job is the job's
 own step-time loss (`StepTracker.slowdown`), filled in by stage 2.
 """
 
@@ -25,7 +28,6 @@ GATE_SHARE = 0.6  # a window's instances a rank gated, at least, to count
 GATE_HOLD_NS = 1_000_000_000  # gating windows in a row must span this much event time
 GATE_MIN_INSTANCES = 4  # ... and hold this many instances in all
 GATE_STALE_NS = 5_000_000_000  # a comm with no gating window this long counts no more
-GATE_AT_ONCE = 8  # gated instances in one window that hold at once (a pause gates one or two calls after it)
 
 
 @dataclass
@@ -35,7 +37,6 @@ class _Streak:
     last_ns: int = 0  # the latest window's end
     windows: int = 0
     instances: int = 0
-    most: int = 0  # the most instances one window of the run gated
     turn_ms: float = 0.0  # its latest median enqueue-to-completion
     peers_turn_ms: float = 0.0  # the other members' (median)
     members: list[int] = field(default_factory=list)
@@ -58,16 +59,14 @@ class HostGate:
         ranks, ts = rep["ranks"], int(rep["ts_ns"])
         top = max(range(len(gate)), key=gate.__getitem__)
         if gate[top] < GATE_SHARE or ranks[top] < 0:
-            st.rank, st.windows, st.instances, st.most = -1, 0, 0, 0
+            st.rank, st.windows, st.instances = -1, 0, 0
             st.last_ns = ts
             return
         if st.rank != ranks[top]:
-            st.rank, st.since_ns, st.windows, st.instances, st.most = ranks[top], ts, 0, 0, 0
+            st.rank, st.since_ns, st.windows, st.instances = ranks[top], ts, 0, 0
         held = self._holds(st)
         st.windows += 1
-        n = int(rep.get("gate_n", 0))
-        st.instances += n
-        st.most = max(st.most, int(gate[top] * n + 0.5))
+        st.instances += int(rep.get("gate_n", 0))
         st.last_ns = ts
         turns = rep.get("turn_ms") or []
         if len(turns) == len(ranks):
@@ -80,8 +79,8 @@ class HostGate:
 
     @staticmethod
     def _holds(st: _Streak) -> bool:
-        return st.rank >= 0 and (st.most >= GATE_AT_ONCE or (
-            st.windows >= 2 and st.instances >= GATE_MIN_INSTANCES and st.last_ns - st.since_ns >= GATE_HOLD_NS))
+        return (st.rank >= 0 and st.windows >= 2 and st.instances >= GATE_MIN_INSTANCES
+                and st.last_ns - st.since_ns >= GATE_HOLD_NS)
 
     def _held(self, now_ns: int) -> dict[str, _Streak]:
         return {c: st for c, st in self.streaks.items() if self._holds(st) and now_ns - st.last_ns <= GATE_STALE_NS}

@@ -39,9 +39,8 @@ def test_a_launch_bound_host_under_host_enqueue_is_named(settings, monkeypatch, 
     """Job model, TP 2 x PP 2 x DP 4, host-enqueue: rank 5's host spends 1.5 s per second of
     compute it enqueues from 15 s (the job's steps 23 % longer). Its calls complete ~80 ms
     after it enqueues them (the probe's 80 ms poll), 500-1000 ms after its peers do. Named
-    alone within 2 s of the onset (1.8 s: the first window of its TP comm that it gated most
-    of decides, `GATE_AT_ONCE`, and stage 2 evaluates on it; 3.4 s by two windows a second
-    apart and the next periodic evaluation), its summary saying so. Drill: no window counts as gated
+    alone within 3.5 s of the onset (3.3 s: stage 2 evaluates when its run of gating
+    windows begins to hold, not at its next periodic evaluation, 3.8 s), its summary saying so. Drill: no window counts as gated
     (`host_gate.GATE_SHARE` above 1): only the job's slowdown is reported, with no culprit."""
     if drill:
         monkeypatch.setattr(host_gate, "GATE_SHARE", 1.01)
@@ -53,7 +52,7 @@ def test_a_launch_bound_host_under_host_enqueue_is_named(settings, monkeypatch, 
     assert named == [[5]]
     first = next(e for e in opened if e["culprit_ranks"] == [5])
     print("named after", (first["ts_ns"] - run.truth[0]["onset_ns"]) / S)
-    assert first["ts_ns"] - run.truth[0]["onset_ns"] <= 2 * S
+    assert first["ts_ns"] - run.truth[0]["onset_ns"] <= 3.5 * S
     assert first["evidence"]["signal"] == "host" and "host is the bottleneck" in first["summary"]
     assert first["evidence"]["turn_ms"] < 0.25 * first["evidence"]["peers_turn_ms"]
 
@@ -77,12 +76,12 @@ def test_generator_e_noisy_cpu_neighbour_is_named(settings, gen_e, monkeypatch, 
 
 
 def test_a_host_pause_gates_a_few_calls_not_seconds_of_them():
-    """A host pause (a garbage collection) gates the few calls right after it; a run of gating
-    windows must span `GATE_HOLD_NS` with two windows at least, or one window alone must hold
-    `GATE_AT_ONCE` gated calls (a launch-bound host gates most of a busy comm's window)."""
+    """A host pause (a garbage collection) gates the calls right after it; a run of gating
+    windows must span `GATE_HOLD_NS` with two windows at least. Stage 2 evaluates once a run
+    begins to hold (`fresh`)."""
     gate = host_gate.HostGate()
 
-    def win(t_s: float, share: float, n: int = 3) -> None:
+    def win(t_s: float, share: float, n: int = 8) -> None:
         gate.window({"comm": "c1", "ts_ns": int(t_s * S), "ranks": [0, 1, 2, 3], "gate": [0.0, share, 0.0, 0.0],
                      "gate_n": n, "turn_ms": [400.0, 5.0, 390.0, 410.0]})
 
@@ -93,14 +92,14 @@ def test_a_host_pause_gates_a_few_calls_not_seconds_of_them():
     assert gate.evaluate(11.5 * S) == {}  # two, 0.5 s apart
     win(12.0, 0.2)  # the pause is over
     win(13.0, 0.9)
+    assert not gate.fresh
     win(14.0, 0.8)
+    assert gate.fresh
     found = gate.evaluate(14 * S)
     assert list(found) == [1] and found[1]["onset_ns"] == 13 * S and found[1]["peers_turn_ms"] == 400.0
     assert gate.waits_for(0, 14 * S) and not gate.waits_for(1, 14 * S)
+    assert not gate.fresh
     assert gate.evaluate(20 * S) == {}  # no gating window for 6 s: stale
-    win(21.0, 0.0, 16)
-    win(22.0, 5 / 8, 16)  # ten of sixteen calls gated in one window: no pause does that
-    assert gate.fresh and list(gate.evaluate(22 * S)) == [1] and not gate.fresh
 
 
 def test_the_gate_compares_each_member_with_the_others_on_its_own_clock():
