@@ -28,6 +28,7 @@ class Incident:
     evidence: dict = field(default_factory=dict)
     last_seen_ns: int = 0
     quiet_ns: int = 0
+    asserted_ns: int = 0  # when its condition was last seen (`keep` leaves it)
 
 
 class IncidentBook:
@@ -56,10 +57,10 @@ class IncidentBook:
             if gone is not None and now_ns - gone < 2 * self.resolve_ns:
                 return []
             inc = Incident(f"{self.job}-{kind}-{id_hint}", kind, severity, now_ns, list(culprit_ranks),
-                           list(culprit_nodes), comm, summary, evidence, now_ns, max(self.resolve_ns, quiet_ns))
+                           list(culprit_nodes), comm, summary, evidence, now_ns, max(self.resolve_ns, quiet_ns), now_ns)
             self.open[key] = inc
             return [self.event(inc, "open", now_ns)]
-        inc.last_seen_ns = now_ns
+        inc.last_seen_ns = inc.asserted_ns = now_ns
         inc.quiet_ns = max(self.resolve_ns, quiet_ns)
         inc.summary, inc.evidence = summary, evidence
         if sorted(culprit_ranks) != sorted(inc.culprit_ranks) or sorted(culprit_nodes) != sorted(
@@ -79,11 +80,12 @@ class IncidentBook:
                 out.append(self._resolved(key, now_ns, "cleared", f"not seen for {inc.quiet_ns / 1e9:.0f} s"))
         return out
 
-    def keep(self, key: tuple, now_ns: int) -> None:
+    def keep(self, key: tuple, now_ns: int, most_ns: int | None = None) -> None:
         """The condition cannot be judged now (what shows it is not current): it is neither
-        seen again nor gone, and its quiet period starts anew."""
+        seen again nor gone, and its quiet period starts anew; with `most_ns`, only until it
+        was last seen that long ago."""
         inc = self.open.get(key)
-        if inc is not None:
+        if inc is not None and (most_ns is None or now_ns - inc.asserted_ns < most_ns):
             inc.last_seen_ns = now_ns
 
     def resolve(self, key: tuple, now_ns: int, why: str) -> list[dict]:

@@ -26,6 +26,7 @@ ECHO_CLAIM_SHARE = 0.5  # phases under this share of the excess the collectives 
 ECHO_SHOWN = True  # a rank standing out in the latest iteration's phases is a culprit to echo (`_echoes`)
 JOB_SLOWDOWN = 0.2  # step time this much above the job's baseline with no culprit ...
 JOB_SLOWDOWN_HOLD_NS = 20_000_000_000  # ... for this long: a P3
+UNJUDGED_KEEP_NS = 60_000_000_000  # a slow rank nothing judges now stays named this long after it was last found (`_unjudged`)
 
 
 class SlowRules:
@@ -201,6 +202,25 @@ class SlowRules:
         loss = steps.loss_since(since)
         return impact if loss is None else min(impact, max(0.0, loss) * UNFELT_SHARE)
 
+    def _unjudged(self, js: JobState, seen: set[tuple], now_ns: int) -> None:
+        """Open slow-rank incidents not found again now whose ranks the signal that found them
+        does not judge now (the collectives: no current figure between the calls of any comm;
+        the phases: no iteration past the warm-up judged lately): neither seen nor gone, they
+        stay open, for `UNJUDGED_KEEP_NS` after they were last found. The seventh generator's
+        job of 25-32 s steps drawn with 5: its 1.3x rank 25 named by the collectives 13 s into
+        the capture, its comm's windows without a figure for it from 27 s (the iteration's
+        later calls), the job's first iteration judged at 31 s: the incident resolved "not seen
+        for 10 s" at 37 s (no step known when it was last found) and opened again, a second
+        incident for one fault, at 57 s."""
+        phases = now_ns - js.steps.last_end_ns <= 3 * max(self.median_step_ns(js), 1e9) and js.steps.warmed()
+        for key, inc in js.book.open.items():
+            signal = inc.evidence.get("signal")
+            if key in seen or inc.kind != "slow_rank" or signal not in ("collectives", "phases"):
+                continue
+            judged = js.slow.ratio if signal == "collectives" else js.steps.ratio if phases else {}
+            if not any(r in judged for r in inc.culprit_ranks):
+                js.book.keep(key, now_ns, UNJUDGED_KEEP_NS)
+
     @staticmethod
     def _link_comms(js: JobState) -> set[str]:
         """The comms an open slow link that names its nodes (P2) was found on."""
@@ -282,7 +302,9 @@ class SlowRules:
             found = {r: {**ev, "impact": loss} for r, ev in js.steps.local_verdicts.items()}
         clocks = self._sm_clocks(js)
         med_clock = statistics.median(clocks.values()) if len(clocks) >= 2 else 0.0
-        for key, ranks, ev in self._slow_units(js, found, hung, now_ns):
+        units = self._slow_units(js, found, hung, now_ns)
+        self._unjudged(js, {key for key, _, _ in units}, now_ns)
+        for key, ranks, ev in units:
             open_ = js.book.open.get(key)
             impact = self._felt(js, ev, open_)
             if impact < ev["impact"]:

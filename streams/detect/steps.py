@@ -31,7 +31,7 @@ from commwatch.streams.detect.slow import coords_but, dominant
 KEEP_ITERATIONS = 8
 RECENT = 3  # the job's current step time: median of the last iterations
 WARMUP = 2  # first iterations (compilation, warm-up) teach nothing ...
-WARMUP_S = 10.0  # ... but the first alone where it and the next each took this long (`_warmed`)
+WARMUP_S = 10.0  # ... but the first alone where it and the next each took this long (`warmed`)
 BASE_LEARN = 0.05
 PHASES = ("forward_ms", "backward_ms")
 LOCAL_PHASE = "optimizer_ms"  # tensor-parallel peers compute it apart (no TP collective waits in it)
@@ -153,7 +153,7 @@ class StepTracker:
             self.judged = it
         return self.verdicts
 
-    def _warmed(self) -> bool:
+    def warmed(self) -> bool:
         """Whether the iteration judged last is past the warm-up: more than `WARMUP` judged, or
         the second where it and the first each took `WARMUP_S` or more. Warm-up (compilation,
         autotuning, the allocator's growth) costs seconds, paid in the first iterations; in a
@@ -376,7 +376,7 @@ class StepTracker:
                              conclusive=self._conclusive(stretched.get(r, ()), r in groups_of, noise, picked.get(r))
                              or long_excess,
                              noise=noise)
-            if onset is None or not self._warmed():  # the first iterations seen (a job resumed
+            if onset is None or not self.warmed():  # the first iterations seen (a job resumed
                 # from a checkpoint starts at its iteration, and warms up all the same)
                 continue
             step_ms = got[r][0] * 1e3
@@ -416,7 +416,7 @@ class StepTracker:
         for members in stages.values():
             raw.update(self._local_ratios(got, members))
         self.local_raw.append(raw)
-        if noise is None or not self._warmed() or len(self.spread) < HORIZON_MIN:
+        if noise is None or not self.warmed() or len(self.spread) < HORIZON_MIN:
             return
         groups: dict[tuple, list[int]] = {}
         for r in got:
@@ -527,7 +527,7 @@ class StepTracker:
             if m is None:
                 m = self.local_models[r] = RankModel(self.model_kind, self.slow_impact, self.slow_windows)
             onset = m.update(ratio, self.last_end_ns, self.last_end_ns, held=r in open_ranks, noise=noise)
-            if onset is None or not self._warmed():
+            if onset is None or not self.warmed():
                 continue
             mine = got[r][1][LOCAL_PHASE]
             out[r] = {"ratio": round(ratio, 3), "slowdown": round(ratio - 1.0, 3), "iteration": it,

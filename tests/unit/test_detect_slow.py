@@ -755,3 +755,27 @@ def test_a_slow_nic_is_one_incident_that_also_explains_the_jobs_slowdown(setting
     assert (len({e["incident"] for e in links}) == 1) is (drill != "key")
     assert drill == "key" or links[-1]["culprit_nodes"] == ["node-02"]
     assert (unexplained == []) is (drill != "explains")
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_slow_rank_nothing_judges_for_a_while_stays_one_incident(settings, gen_g, monkeypatch, drill):
+    """The seventh generator's job of 25-32 s steps drawn with 5: its 1.3x rank 25 is named by
+    the collectives 13 s into the capture; from 27 s its comm's windows carry no figure for it
+    (the iteration's later calls) and the job's step is not known yet (its first iteration ends
+    at 31 s), so the book's 10 s quiet period ran out: the incident resolved at 37 s and opened
+    again at 57 s, two incidents for one fault. Now it stays open, one incident, to the end.
+    Drill: an incident whose rank nothing judges is not kept (`UNJUDGED_KEEP_NS` 0)."""
+    from commwatch.capture import read_sorted
+    from commwatch.decode import decode_messages
+    from commwatch.streams.detect import Detector
+
+    if drill:
+        monkeypatch.setattr(job_slow, "UNJUDGED_KEEP_NS", 0)
+    cap, truth = gen_g("e23-long-steps", 5)
+    assert truth["jobs"][0]["culprits"] == [25]
+    msgs = read_sorted(cap)
+    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    slow_events = [(e["status"], e["culprit_ranks"]) for e in events if e["kind"] == "slow_rank"]
+    assert [s for s, r in slow_events if s in ("open", "resolved")] == (
+        ["open", "resolved", "open"] if drill else ["open"])
+    assert {tuple(r) for _, r in slow_events} == {(25,)}
