@@ -132,6 +132,13 @@ def gen_g(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def gen_h(tmp_path_factory):
+    """A capture of the eighth independent generator (`tests/independent/noisy`) and its truth
+    (its default base seed 1)."""
+    return _scenario_truth(tmp_path_factory, "noisy", 1)
+
+
+@pytest.fixture(scope="session")
 def gen_a(tmp_path_factory):
     """A capture of the first independent generator (`tests/independent/megatron`): its
     scenario by name, drawn with `SEED` (an offset to its seeds, 0 as committed), generated

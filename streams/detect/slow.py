@@ -83,6 +83,7 @@ LAG_STAND = 4.0  # ... arrives this many times later than its peers typically do
 LAG_FLOOR_MS = 0.05  # ... counting their typical lag as this much at least
 FINE_SHARE = 0.25  # a comm whose intervals are at most this share of a step shows what a rank computes (`_normal_elsewhere`) ...
 ELSEWHERE_SPREADS = 3.0  # ... like its peers within half slow_impact or this many of that comm's spreads (at most slow_impact)
+FOUND_COMM_APART = True  # a rank's waits for a slower peer are not sought in the comm it was found in (`_waiting_on_slower`)
 MEASURED_SHARE = 0.01  # a rank is named by a comm whose compared intervals fill this share of its peers' newest window (`_measured`)
 
 
@@ -725,10 +726,16 @@ class SlowTracker(StallRules):
         (generator E's 1.3x rank of a TP 8 x PP 8 x DP 16 job, drawn with SEED 5: its whole TP
         group computed 1.19-1.23x the other groups between its TP calls, a GPipe schedule's
         bubbles in them; two peers, found 1.13-1.15x in their pipeline comms to the culprit's
-        1.26x, seemed slow themselves and were named with it)."""
-        outpaced = {r: self._outpaced_by(r, found, long) for r, ev in found.items()
+        1.26x, seemed slow themselves and were named with it). Not in the comm a rank was found
+        in: its waits there fall inside that comm's calls, not between them (the eighth
+        generator's two slow ranks of one stage in two data-parallel replicas, 1.3x and 1.6x,
+        found in the data-parallel comm they share: the first was taken to wait for the second,
+        and its incident resolved while it was as slow)."""
+        rest = {r: {c: v for c, v in long.items() if c != ev.get("comm") or not FOUND_COMM_APART}
+                for r, ev in found.items()}
+        outpaced = {r: self._outpaced_by(r, found, rest[r]) for r, ev in found.items()
                     if r not in grouped and ev.get("signal") == "collectives"}
-        waits = {r: self._slower_peers(r, found.keys(), long) | qs for r, qs in outpaced.items()}
+        waits = {r: self._slower_peers(r, found.keys(), rest[r]) | qs for r, qs in outpaced.items()}
         return [r for r, qs in waits.items() if (not found[r].get("slow_itself") or outpaced[r])
                 and any(r not in waits.get(q, ()) or found[q]["ratio"] > found[r]["ratio"] for q in qs)]
 

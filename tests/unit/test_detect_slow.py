@@ -779,3 +779,28 @@ def test_a_slow_rank_nothing_judges_for_a_while_stays_one_incident(settings, gen
     assert [s for s, r in slow_events if s in ("open", "resolved")] == (
         ["open", "resolved", "open"] if drill else ["open"])
     assert {tuple(r) for _, r in slow_events} == {(25,)}
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_two_slow_ranks_of_one_stage_in_two_replicas_stay_named(settings, gen_h, monkeypatch, drill):
+    """The eighth generator's TP 4 x PP 2 x DP 4 job: rank 14 1.3x from 20 s, rank 30 (the
+    same stage and TP position, another data-parallel replica) 1.6x from 30 s, both found in
+    the data-parallel comm they share. 14 was taken to wait for 30 (`_waiting_on_slower`: 30
+    computes slower in a comm they share) and its incident resolved 10 s after 30 was named,
+    while 14 was as slow: waits for a peer fall inside the calls of the comm a rank was found
+    in, not between them. Now both stay named, in their own incidents, to the end. Drill: the
+    comm a rank was found in counts for its waits (`FOUND_COMM_APART` off)."""
+    from commwatch.capture import read_sorted
+    from commwatch.decode import decode_messages
+    from commwatch.streams.detect import Detector
+
+    if drill:
+        monkeypatch.setattr(slow, "FOUND_COMM_APART", False)
+    cap, truth = gen_h("n11_two_slow")
+    assert truth["jobs"][0]["culprits"] == [14, 30]
+    msgs = read_sorted(cap)
+    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    opened = [e["culprit_ranks"] for e in events if e["kind"] == "slow_rank" and e["status"] == "open"]
+    resolved = [e["culprit_ranks"] for e in events if e["kind"] == "slow_rank" and e["status"] == "resolved"]
+    assert opened == [[14], [30]]
+    assert resolved == ([[14]] if drill else [])
