@@ -40,6 +40,7 @@ WAITED_IN_GROUP = True  # TP peers that waited in a phase for a stalled member s
 ONE_PER_GATHER = True  # of the members of one data-parallel group told apart by `LOCAL_PHASE`, only the slowest counts (`_judge`)
 PEERS_WAIT_INSIDE = True  # a member apart in its own compute, whose TP peers alone are slower in a phase, takes their ratio (`_judge`)
 WAITED_FOR_APART = True  # a TP group its stage waits for in `LOCAL_PHASE` tells its slow member apart there by its peers (`_apart_in_group`)
+WAITS_NOT_STRETCH = True  # a phase a rank was found waiting in is no stretch of its own (`_conclusive`)
 STRAGGLER_SHARE = 0.1  # a phase in which more ranks than this share are slow holds waits
 PHASE_MIN_SHARE = 0.1  # a phase shorter than this share of the step cannot slow the job (noise)
 UNIFORM = 1.15  # phases stretched alike (largest ratio over smallest at most this): a slower device
@@ -184,7 +185,14 @@ class StepTracker:
         longer, `_judge`: a pause that long is a fault by itself, and in a job of long steps a
         second iteration comes a minute later. Generator B's rank 2x slower in forward from
         35 s of a job with 30 s steps, 1.9x and 26 s longer in its first slowed iteration, was
-        missed in every draw of its 150 s capture: the second ended after it.)"""
+        missed in every draw of its 150 s capture: the second ended after it.) A rank found
+        waiting in a phase (its TP group slower there as a whole, waiting on a member or on the
+        pipeline; or waiting for a peer outside its phases) has that phase stretched by the
+        wait, not by its device: no one iteration decides for it (`WAITS_NOT_STRETCH`; the
+        eighth generator's allocator retries on rank 17, 300-600 ms every 3-7 iterations: in
+        such an iteration the next stage's TP group waited 1.6x in forward for 17's
+        activations, and rank 21, 17's pipeline peer, 1.56x in backward for 17 to take its
+        gradients; 21 was named P2 on that one iteration, 'every phase stretched alike')."""
         least = ALIKE_QUIET if noise is not None and noise <= QUIET else ALIKE_RATIO
         return (len(stretched) == len(PHASES) and min(stretched) >= least
                 and max(stretched) <= UNIFORM * min(stretched) and not grouped
@@ -218,6 +226,7 @@ class StepTracker:
         stretched: dict[int, list[float]] = {}  # per rank, its ratio in each phase (>= ALIKE_MIN_SHARE)
         groups_of: dict[int, tuple] = {}  # ranks of a tensor-parallel group slow as a whole
         waiting: set[int] = set()  # ranks whose slower phase is a wait on their group's slow member
+        waited_in: dict[int, set[str]] = {}  # ... and those phases, per rank
         picked: dict[int, float] = {}  # a rank told from its slower TP group by its `LOCAL_PHASE` ratio alone
         local_of: dict[int, float] = {}  # `LOCAL_PHASE` ratios, where a phase had slower groups
         borrowed: set[int] = set()  # ... not slower itself in the phase: its peers' ratio in it (they wait for it)
@@ -256,6 +265,7 @@ class StepTracker:
                     over.remove(r)
                     del ratios[r]
                     waiting.add(r)
+                    waited_in.setdefault(r, set()).add(phase)
                 groups_over: dict = {}
                 for r in over:
                     groups_over.setdefault(tp_group(coords.get(r)) or ("rank", r), []).append(r)
@@ -319,6 +329,7 @@ class StepTracker:
                         if len(apart[g]) != 1 or r != apart[g][0]:
                             ratios.pop(r, None)
                             waiting.add(r)
+                            waited_in.setdefault(r, set()).add(phase)
                         else:
                             picked[r] = local[r]
                 for r, (ratio, ref) in ratios.items():
@@ -372,9 +383,9 @@ class StepTracker:
             _, ref, phase = verdicts[r]["_best"]  # its largest phase ratio (`ratio`): ref, phase
             mine = got[r][1][phase]
             long_excess = ratio >= FAST_RATIO and mine - ref >= LONG_EXCESS_MS and r not in groups_of
+            alike = () if WAITS_NOT_STRETCH and waited_in.get(r) else stretched.get(r, ())
             onset = m.update(ratio, self.last_end_ns, self.last_end_ns, held=r in open_ranks,
-                             conclusive=self._conclusive(stretched.get(r, ()), r in groups_of, noise, picked.get(r))
-                             or long_excess,
+                             conclusive=self._conclusive(alike, r in groups_of, noise, picked.get(r)) or long_excess,
                              noise=noise)
             if onset is None or not self.warmed():  # the first iterations seen (a job resumed
                 # from a checkpoint starts at its iteration, and warms up all the same)

@@ -559,3 +559,23 @@ def test_a_slow_node_holding_several_tp_groups_of_a_stage_is_named_by_their_own_
     assert drill or len({found[r]["group"] for r in found}) == 4
     assert _run(node(range(6, 16)), world=16) == {}
     assert _run(node(range(8, 16), local=False), world=16) == {}
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_pipeline_peer_waiting_in_every_phase_for_one_iteration_is_not_named(settings, gen_h, monkeypatch, drill):
+    """The eighth generator's allocator retries (TP 4 x PP 2 x DP 4, GPU-timed): rank 17's
+    iteration stalls 300-600 ms every 3-7 iterations. In such an iteration the next stage's TP
+    group of its replica waits 1.6x in forward for its activations, and rank 21, its pipeline
+    peer, 1.56x in backward for it to take the gradients: 21 had every phase stretched alike
+    and was named P2 on that one iteration, though its forward was its group's wait. A phase
+    a rank was found waiting in is no stretch of its own: nobody is named (17's own phases
+    show only its TP group's wait for it, and never for two iterations in a row). Drill:
+    `WAITS_NOT_STRETCH` off."""
+    if drill:
+        monkeypatch.setattr(steps, "WAITS_NOT_STRETCH", False)
+    cap, truth = gen_h("n10_alloc_retry")
+    assert truth["jobs"][0]["culprits"] == [17]
+    msgs = read_sorted(cap)
+    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    named = {r for e in events if e["kind"] == "slow_rank" for r in e["culprit_ranks"]}
+    assert named == ({21} if drill else set())
