@@ -170,14 +170,18 @@ def test_a_stalled_tp_peer_of_a_slow_rank_is_not_named_by_its_waits_in_forward(s
     waited for it inside forward and were left out of the phase's verdicts, so 132, 1.35x
     in forward for its own waits on 133, stood alone there and was named P3. The peers that
     waited stay in their group, whose slow member its optimizer phase tells apart (133).
-    Drill: the peers that waited leave their group (`WAITED_IN_GROUP` off), and the phases'
+    Drill: the peers that waited leave their group (`WAITED_IN_GROUP` off), the phases'
     verdicts are not weighed against the comms' figures (`JobStage._waiting_in_phases`: 132
-    computes faster than 133 between their TP calls; that rule covers this case too)."""
+    computes faster than 133 between their TP calls; that rule covers this case too), and a
+    phase waited in counts as a stretch of the rank's own (`steps.WAITS_NOT_STRETCH` off:
+    132 waited in its backward too, so no one iteration decides for it; that rule covers this
+    case as well)."""
     from commwatch.streams.detect import job_stage
     from commwatch.streams.detect import steps as steps_mod
 
     if drill:
         monkeypatch.setattr(steps_mod, "WAITED_IN_GROUP", False)
+        monkeypatch.setattr(steps_mod, "WAITS_NOT_STRETCH", False)
         monkeypatch.setattr(job_stage.JobStage, "_waiting_in_phases", lambda *a: set())
     named = slow_ranks_of(settings, gen_c("s10c", seed=19000))
     assert [133] in named
