@@ -16,8 +16,8 @@ calls it gated: the seventh generator's host stalling 2 s every 10 s under host-
 gated 27 of one window's 32 calls after each stall, and was named P3 "its host is the
 bottleneck" when a window of eight gated calls was let decide. Its peers in those comms
 wait for it (`waits_for`): the iteration phases they report, which hold those waits, name
-none of them. What it costs the job is the job's
-own step-time loss (`StepTracker.slowdown`), filled in by stage 2.
+none of them. What it costs the job is the job's own step-time loss (`StepTracker.slowdown`),
+filled in by stage 2.
 """
 
 from __future__ import annotations
