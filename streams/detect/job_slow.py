@@ -10,6 +10,7 @@ its own baseline with no culprit one P3.
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from commwatch.streams.detect.steps import LOCAL_LOSS, tp_group
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 HW_SLOW_EVIDENCE_RATIO = 0.95
 P1_AFTER_NS = 10_000_000_000  # a slow rank costing half the job's time is P1 once it lasts this long
 NODE_JOIN_NS = 5_000_000_000  # a rank joins the incident of another rank of its node opened this recently (`_slow_units`)
+NODE_SHARE = 0.5  # ranks of one node are one node fault when they are this share of its ranks, or more (`_slow_units`)
 UNFELT_SHARE = 3.0  # a rank newly found slow whose job lost under its impact / this since its onset, ...
 UNFELT_LOSS = 0.05  # ... and under this, is not named (`_unfelt`)
 ECHO_CLAIM_SHARE = 0.5  # phases under this share of the excess the collectives claim: an echo (`_echoes`)
@@ -83,6 +85,18 @@ class SlowRules:
                 together.setdefault(("slow_rank", "node", node), []).append(r)
             if found[r].get("group"):
                 together.setdefault(("slow_rank", "group", found[r]["group"]), []).append(r)
+        # a node slow as a whole slows its ranks alike: ranks of one node are one fault only when
+        # they are most of its ranks (with those its open incident names). Two of eight are two
+        # faults, or a fault and noise: the eighth generator's MoE job drawn with 5, its hot
+        # expert's rank (1.38x for a few iterations) and the 1.5x culprit of one node, found at
+        # one evaluation, were one incident, then a P1 naming both
+        size = Counter(js.node_of.values())
+        for node in {k[2] for k in together if k[1] == "node"}:
+            key = ("slow_rank", "node", node)
+            with_open = set(together[key]) | set(js.book.open[node_open[node]].culprit_ranks if node in node_open else ())
+            if len(with_open) < NODE_SHARE * size[node]:
+                del together[key]
+                node_open.pop(node, None)
         units: dict[tuple, tuple[list[int], dict]] = {}
         for r, ev in sorted(found.items()):
             if r in hung:

@@ -804,3 +804,26 @@ def test_two_slow_ranks_of_one_stage_in_two_replicas_stay_named(settings, gen_h,
     resolved = [e["culprit_ranks"] for e in events if e["kind"] == "slow_rank" and e["status"] == "resolved"]
     assert opened == [[14], [30]]
     assert resolved == ([[14]] if drill else [])
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_two_ranks_of_a_node_found_at_once_are_not_one_node_fault(settings, gen_h, monkeypatch, drill):
+    """The eighth generator's MoE job drawn with 5: rank 21 1.5x from 30 s among hot experts
+    (a rank of each expert group 1.2-1.4x for 3-10 iterations, then another). Rank 16, hot,
+    and 21, of one node of eight, were found at one evaluation and named in one node incident,
+    which became a P1 naming both. Two of a node's eight ranks are not a node slow as a whole:
+    21 is named alone (its P1 names it alone). Drill: any two ranks of a node found at once are
+    one node fault (`NODE_SHARE` 0)."""
+    from commwatch.capture import read_sorted
+    from commwatch.decode import decode_messages
+    from commwatch.streams.detect import Detector
+
+    if drill:
+        monkeypatch.setattr(job_slow, "NODE_SHARE", 0.0)
+    cap, truth = gen_h("n02b_moe_slow", 5)
+    assert truth["jobs"][0]["culprits"] == [21]
+    msgs = read_sorted(cap)
+    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    named = [e["culprit_ranks"] for e in events if e["kind"] == "slow_rank" and 21 in e["culprit_ranks"]]
+    paged = {tuple(e["culprit_ranks"]) for e in events if e["kind"] == "slow_rank" and e["severity"] in ("P0", "P1")}
+    assert named and (paged == {(16, 21)} if drill else {tuple(n) for n in named} == {(21,)} and paged == {(21,)})
