@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 HW_SLOW_EVIDENCE_RATIO = 0.95
 P1_AFTER_NS = 10_000_000_000  # a slow rank costing half the job's time is P1 once it lasts this long
 NODE_JOIN_NS = 5_000_000_000  # a rank joins the incident of another rank of its node opened this recently (`_slow_units`)
-NODE_SHARE = 0.5  # ranks of one node are one node fault when they are this share of its ranks, or more (`_slow_units`)
+NODE_SHARE = 0.5  # ranks of one node found within `NODE_JOIN_NS` are one fault when this share of its ranks or more (`_slow_units`)
 UNFELT_SHARE = 3.0  # a rank newly found slow whose job lost under its impact / this since its onset, ...
 UNFELT_LOSS = 0.05  # ... and under this, is not named (`_unfelt`)
 ECHO_CLAIM_SHARE = 0.5  # phases under this share of the excess the collectives claim: an echo (`_echoes`)
@@ -58,26 +58,42 @@ class SlowRules:
                 if not rates or inc.evidence.get("signal") != "stalls"}
 
     @staticmethod
-    def _slow_units(js: JobState, found: dict[int, dict], hung: set[int], now_ns: int
-                    ) -> list[tuple[tuple, list[int], dict]]:
+    def _slow_units(js: JobState, found: dict[int, dict], hung: set[int], now_ns: int,
+                    out: list[dict] | None = None) -> list[tuple[tuple, list[int], dict]]:
         """Incidents to assert: (key, culprit ranks, evidence). One per slow rank; ranks of one
-        node found slow at once, one per node (a node throttled as a whole: one page); ranks of
-        a group slow as a whole (`slow.py`, `steps.py`), one per group. A rank named by an open
-        incident stays in it, whichever way it is found now, and a rank found later joins the
-        open incident of its node or group: one fault, one incident (generator A's slow node of
-        a data-parallel job under host-enqueue, judged by the phases: seven of its eight ranks
-        in one incident, the eighth 3 s later in another; drawn with SEED 6, one of them first,
-        alone, and five others 1 s later in a second incident). A rank alone joins only within
-        `NODE_JOIN_NS` of its incident's opening: a node slowing as a whole shows its ranks
-        within seconds, a rank found long after another of its node is another fault
-        (generator B's DDP job drawn with SEED 7: a rank named at 14 s by a pause, its node's
-        2x culprit found at 27 s joined it, and the incident named a non-culprit)."""
-        named = {r: key for key, inc in js.book.open.items() if inc.kind == "slow_rank" for r in inc.culprit_ranks}
-        node_open: dict[str, tuple] = {}  # node -> the first open incident naming a rank of it
-        for r, key in named.items():
-            if js.node_of.get(r) is not None and now_ns - js.book.open[key].opened_ns <= NODE_JOIN_NS:
-                node_open.setdefault(js.node_of[r], key)
+        node found slow within seconds, one per node (a node throttled as a whole: one page);
+        ranks of a group slow as a whole (`slow.py`, `steps.py`), one per group. A rank named by
+        an open incident stays in it, whichever way it is found now, and a rank found later
+        joins the open incident of its node or group: one fault, one incident.
+
+        A node slow as a whole slows all its ranks, and shows them within seconds: ranks of one
+        node found within `NODE_JOIN_NS` of each other are one fault once they are
+        `NODE_SHARE` of its ranks or more; the incidents opened for some of them before are then
+        merged into the first (resolved, events into `out`), whose culprits they join (generator
+        A's slow node of a data-parallel job under host-enqueue, judged by the phases: one of
+        its eight ranks first, two 1 s later, one 2 s later, the other four 1 s later; drawn
+        with SEED 6, one first, alone, five others 1 s later). Fewer are named each alone: two
+        of a node's eight are two faults, or a fault and noise (the eighth generator's MoE job
+        drawn with 5: a hot expert's rank, 1.38x for a few iterations, and the 1.5x culprit of
+        its node, found at one evaluation, were one incident, then a P1 naming both). A rank
+        found long after another of its node is another fault (generator B's DDP job drawn with
+        SEED 7: a rank named at 14 s by a pause, its node's 2x culprit found at 27 s joined it,
+        and the incident named a non-culprit)."""
+        book = js.book
+        named = {r: key for key, inc in book.open.items() if inc.kind == "slow_rank" for r in inc.culprit_ranks}
         new = [r for r in found if r not in hung and r not in named]
+        size = Counter(js.node_of.values())
+        recent: dict[str, list[tuple]] = {}  # node -> its open incidents naming only ranks of it, opened lately
+        whole: dict[str, tuple] = {}  # node -> its open incident naming `NODE_SHARE` of its ranks: its fault
+        for key, inc in sorted(book.open.items(), key=lambda kv: kv[1].opened_ns):
+            nodes = {js.node_of.get(r) for r in inc.culprit_ranks}
+            if inc.kind != "slow_rank" or len(nodes) != 1 or None in nodes:
+                continue
+            node = nodes.pop()
+            if len(inc.culprit_ranks) > 1 and len(inc.culprit_ranks) >= NODE_SHARE * size[node]:
+                whole.setdefault(node, key)
+            if now_ns - inc.opened_ns <= NODE_JOIN_NS:
+                recent.setdefault(node, []).append(key)
         together: dict[tuple, list[int]] = {}
         for r in new:
             node = js.node_of.get(r)
@@ -85,33 +101,43 @@ class SlowRules:
                 together.setdefault(("slow_rank", "node", node), []).append(r)
             if found[r].get("group"):
                 together.setdefault(("slow_rank", "group", found[r]["group"]), []).append(r)
-        # a node slow as a whole slows its ranks alike: ranks of one node are one fault only when
-        # they are most of its ranks (with those its open incident names). Two of eight are two
-        # faults, or a fault and noise: the eighth generator's MoE job drawn with 5, its hot
-        # expert's rank (1.38x for a few iterations) and the 1.5x culprit of one node, found at
-        # one evaluation, were one incident, then a P1 naming both
-        size = Counter(js.node_of.values())
+        node_open: dict[str, tuple] = {}  # node -> the incident its ranks found now join
+        joined: dict[tuple, set[int]] = {}  # that incident -> the ranks of those merged into it
         for node in {k[2] for k in together if k[1] == "node"}:
-            key = ("slow_rank", "node", node)
-            with_open = set(together[key]) | set(js.book.open[node_open[node]].culprit_ranks if node in node_open else ())
-            if len(with_open) < NODE_SHARE * size[node]:
-                del together[key]
-                node_open.pop(node, None)
+            keys = recent.get(node, [])
+            mates = set(together[("slow_rank", "node", node)]).union(*(book.open[k].culprit_ranks for k in keys))
+            if node not in whole and (len(mates) < 2 or len(mates) < NODE_SHARE * size[node]):
+                del together[("slow_rank", "node", node)]
+                continue
+            target = whole.get(node) or (keys[0] if keys else None)
+            if target is None:
+                continue
+            node_open[node] = target
+            for key in keys:
+                if key == target:
+                    continue
+                inc = book.open[key]
+                joined.setdefault(target, set()).update(inc.culprit_ranks)
+                for r in inc.culprit_ranks:
+                    named[r] = target
+                merged = book.resolve(key, now_ns, f"one fault of {node} with {book.open[target].id}")
+                if out is not None:
+                    out.extend(merged)
         units: dict[tuple, tuple[list[int], dict]] = {}
         for r, ev in sorted(found.items()):
             if r in hung:
                 continue
             by_node, by_group = ("slow_rank", "node", js.node_of.get(r)), ("slow_rank", "group", ev.get("group"))
-            key = (named.get(r) or next((k for k in (by_node, by_group) if k in js.book.open), None)
+            key = (named.get(r) or next((k for k in (by_node, by_group) if k in book.open), None)
                    or node_open.get(by_node[2])
                    or next((k for k in (by_node, by_group) if len(together.get(k, ())) > 1), ("slow_rank", r)))
             units.setdefault(key, ([], ev))[0].append(r)
-        out = []
+        res = []
         for key, (ranks, ev) in units.items():
-            inc = js.book.open.get(key)
-            ranks = sorted(set(ranks) | set(inc.culprit_ranks if inc else ()))
-            out.append((key, ranks, {**ev, "ranks": ranks} if len(ranks) > 1 else ev))
-        return out
+            inc = book.open.get(key)
+            ranks = sorted(set(ranks) | set(inc.culprit_ranks if inc else ()) | joined.get(key, set()))
+            res.append((key, ranks, {**ev, "ranks": ranks} if len(ranks) > 1 else ev))
+        return res
 
     def _echoes(self, js: JobState, found: dict[int, dict], phased: dict[int, dict], now_ns: int) -> list[int]:
         """Ranks the collectives newly judge slow that the iteration phases show computing like
@@ -316,7 +342,7 @@ class SlowRules:
             found = {r: {**ev, "impact": loss} for r, ev in js.steps.local_verdicts.items()}
         clocks = self._sm_clocks(js)
         med_clock = statistics.median(clocks.values()) if len(clocks) >= 2 else 0.0
-        units = self._slow_units(js, found, hung, now_ns)
+        units = self._slow_units(js, found, hung, now_ns, out)
         self._unjudged(js, {key for key, _, _ in units}, now_ns)
         for key, ranks, ev in units:
             open_ = js.book.open.get(key)

@@ -812,8 +812,9 @@ def test_two_ranks_of_a_node_found_at_once_are_not_one_node_fault(settings, gen_
     (a rank of each expert group 1.2-1.4x for 3-10 iterations, then another). Rank 16, hot,
     and 21, of one node of eight, were found at one evaluation and named in one node incident,
     which became a P1 naming both. Two of a node's eight ranks are not a node slow as a whole:
-    21 is named alone (its P1 names it alone). Drill: any two ranks of a node found at once are
-    one node fault (`NODE_SHARE` 0)."""
+    held back a few seconds (more of the node may follow), each is then named alone (21's P1
+    names it alone). Drill: any two ranks of a node found at once are one node fault
+    (`NODE_SHARE` 0)."""
     from commwatch.capture import read_sorted
     from commwatch.decode import decode_messages
     from commwatch.streams.detect import Detector
