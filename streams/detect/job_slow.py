@@ -123,13 +123,15 @@ class SlowRules:
                 merged = book.resolve(key, now_ns, f"one fault of {node} with {book.open[target].id}")
                 if out is not None:
                     out.extend(merged)
+        group_open = {inc.evidence["group"]: key for key, inc in book.open.items()
+                      if inc.kind == "slow_rank" and inc.evidence.get("group")}  # a group's members found apart
         units: dict[tuple, tuple[list[int], dict]] = {}
         for r, ev in sorted(found.items()):
             if r in hung:
                 continue
             by_node, by_group = ("slow_rank", "node", js.node_of.get(r)), ("slow_rank", "group", ev.get("group"))
             key = (named.get(r) or next((k for k in (by_node, by_group) if k in book.open), None)
-                   or node_open.get(by_node[2])
+                   or group_open.get(ev.get("group")) or node_open.get(by_node[2])
                    or next((k for k in (by_node, by_group) if len(together.get(k, ())) > 1), ("slow_rank", r)))
             units.setdefault(key, ([], ev))[0].append(r)
         res = []

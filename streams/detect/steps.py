@@ -40,6 +40,7 @@ WAITED_IN_GROUP = True  # TP peers that waited in a phase for a stalled member s
 ONE_PER_GATHER = True  # of the members of one data-parallel group told apart by `LOCAL_PHASE`, only the slowest counts (`_judge`)
 PEERS_WAIT_INSIDE = True  # a member apart in its own compute, whose TP peers alone are slower in a phase, takes their ratio (`_judge`)
 WAITED_FOR_APART = True  # a TP group its stage waits for in `LOCAL_PHASE` tells its slow member apart there by its peers (`_apart_in_group`)
+PAIR_WAITED_FOR = True  # a TP pair its stage waits for in `LOCAL_PHASE`, of a job with one stage, is slow as a whole (`_pair_waited_for`)
 WAITS_NOT_STRETCH = True  # a phase a rank was found waiting in is no stretch of its own (`_conclusive`)
 STRAGGLER_SHARE = 0.1  # a phase in which more ranks than this share are slow holds waits
 PHASE_MIN_SHARE = 0.1  # a phase shorter than this share of the step cannot slow the job (noise)
@@ -290,7 +291,9 @@ class StepTracker:
                                                self.slow_impact)
                         if told is not None:
                             apart[g], local[told[0]] = [told[0]], told[1]
-                whole = {g for g, group in groups_over.items() if _whole(g, group, apart[g], local, members, coords)}
+                whole = {g for g, group in groups_over.items() if _whole(g, group, apart[g], local, members, coords)
+                         or PAIR_WAITED_FOR and len(groups) == 1 and not apart[g] and _pair_waited_for(
+                             g, group, members, local, coords, self.slow_impact)}
                 # the slow member of a TP group need not be slower in the phase itself: its peers
                 # wait for it inside their TP calls, it does not (generator E's 1.25x rank of a TP 8
                 # x DP 16 job under a host-enqueue probe, drawn with 7: its seven peers 1.14x in
@@ -599,6 +602,22 @@ def _whole(g: tuple, group: list[int], apart: list[int], local: dict[int, float]
     excess = [local[r] - 1.0 for r in group if r in local]
     return sorted(apart) == sorted(group) == sorted(
         r for r in members if (tp_group(coords.get(r)) or ("rank", r)) == g) and min(excess) >= WHOLE_ALIKE * max(excess)
+
+
+def _pair_waited_for(g: tuple, group: list[int], members: list[int], local: dict[int, float],
+                     coords: dict[int, dict], slow_impact: float) -> bool:
+    """Whether the tensor-parallel pair `g` of a job with one stage (no pipeline: nobody it
+    could be waiting for in its phases but its own members) is slow as a whole: both slower in
+    the phase, and the rest of the stage waiting for them in `LOCAL_PHASE` (their own step
+    there `slow_impact` shorter than the stage's: the others' holds the data-parallel
+    reduction's wait for them). Which of the two is slow, nothing tells: with no third member,
+    `_apart_in_group` has no median to hold either against, and under host-enqueue no record
+    separates them (their TP calls complete together). Named together: the eighth generator's
+    packed-sequence job (TP 2 x DP 16, host-enqueue), rank 13 1.5x from 35 s, its pair 1.5x in
+    forward and backward, its optimizer steps half the stage's, named nobody."""
+    mates = [r for r in members if tp_group(coords.get(r)) == g]
+    return len(mates) == 2 and sorted(group) == sorted(mates) and all(
+        r in local and local[r] <= 1.0 - slow_impact for r in mates)
 
 
 def _apart_in_group(mates: list[int], local: dict[int, float], got: dict, slow_impact: float

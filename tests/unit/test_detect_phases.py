@@ -582,3 +582,28 @@ def test_a_pipeline_peer_waiting_in_every_phase_for_one_iteration_is_not_named(s
     events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
     named = {r for e in events if e["kind"] == "slow_rank" for r in e["culprit_ranks"]}
     assert named == ({21} if drill else set())
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_tp_pair_its_replicas_wait_for_is_named_together(settings, gen_h, monkeypatch, drill):
+    """The eighth generator's packed-sequence job (TP 2 x DP 16, host-enqueue; each replica's
+    compute 0.7-1.4x per micro-batch): rank 13 1.5x from 35 s. Its pair (12, 13) is 1.5x in
+    forward and backward, and the other replicas wait for it in their optimizer step (the
+    data-parallel reduction): its own is half theirs. With two members and no record telling
+    them apart, it was named nobody. Now the pair, together, in one incident (12 is its
+    victim: a partial answer, but the replica that holds the job up); the job's healthy twin
+    names nobody. Drill: a pair is never slow as a whole (`PAIR_WAITED_FOR` off)."""
+    if drill:
+        monkeypatch.setattr(steps, "PAIR_WAITED_FOR", False)
+
+    def named(scenario: str) -> list[list[int]]:
+        cap, _ = gen_h(scenario)
+        msgs = read_sorted(cap)
+        last: dict[str, list[int]] = {}
+        for e in Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes)):
+            if e["kind"] == "slow_rank":
+                last[e["incident"]] = e["culprit_ranks"]
+        return list(last.values())
+
+    assert named("n01b_varseq_slow") == ([] if drill else [[12, 13]])
+    assert named("n01a_varseq_ctl") == []
