@@ -378,7 +378,7 @@ class SlowRules:
             elif ev.get("signal") == "stalls":
                 who = (f"rank{'s' if len(ranks) > 1 else ''} {_span(ranks)} stall{'' if len(ranks) > 1 else 's'} outside "
                        f"every call, {ev['stall_ms'] / 1e3:.2f} s at a time, every ~{ev['every_s']:.1f} s "
-                       f"({ev['stalls']} times lately: a data loader or host hiccup?)")
+                       f"({ev['stalls']} times lately: a data loader, allocator retries or a host hiccup?)")
                 where = "its peers wait in their next call"
             elif len(ranks) == 1:
                 who = f"rank {ranks[0]} is {pct:.0f}% slower than the ranks doing the same work"

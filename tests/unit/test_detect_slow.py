@@ -442,6 +442,37 @@ def test_a_rank_whose_data_loader_stalls_every_4th_iteration_is_named_and_random
         assert slow_ranks_of(settings, gen_c("s08b")) == []
 
 
+@pytest.mark.parametrize("drill", ["", "cost", "repeat"])
+def test_a_rank_whose_stalls_cost_under_slow_impact_is_named_once_they_repeat(settings, gen_h, monkeypatch, drill):
+    """The eighth generator's allocator retries (TP 4 x PP 2 x DP 4, GPU-timed, drawn with 4):
+    rank 17's iteration 300-600 ms longer every 3-7 iterations, 7-8 % of the job's time, under
+    `slow_impact` (10 %): named by nothing. Now named P3 by its stalls once they repeat in six
+    windows. Its healthy twin with rank 0's logging (150-350 ms every 10 iterations), drawn
+    with 1, beside a hang: rank 0 is not named (its cost, estimated on three stalls, 5.6 %).
+    Drills: stalls must cost `slow_impact` (`SMALL_SHARE` 1): 17 is missed; a small cost named
+    on three stalls (`SMALL_REPEAT` 3): rank 0 is named."""
+    from commwatch.capture import read_sorted
+    from commwatch.decode import decode_messages
+    from commwatch.streams.detect import Detector, stalls
+
+    if drill == "cost":
+        monkeypatch.setattr(stalls, "SMALL_SHARE", 1.0)
+    if drill == "repeat":
+        monkeypatch.setattr(stalls, "SMALL_REPEAT", 3)
+
+    def slow_events(scenario: str, seed: int) -> list[dict]:
+        cap, _ = gen_h(scenario, seed)
+        msgs = read_sorted(cap)
+        events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+        return [e for e in events if e["kind"] == "slow_rank"]
+
+    retries = slow_events("n10_alloc_retry", 4)
+    assert {r for e in retries for r in e["culprit_ranks"]} == (set() if drill == "cost" else {17})
+    assert all(e["severity"] == "P3" and e["evidence"]["signal"] == "stalls" for e in retries)
+    logging = slow_events("n03b_eval_hang", 1)
+    assert [e["culprit_ranks"] for e in logging] == ([[0], [0]] if drill == "repeat" else [])
+
+
 @pytest.mark.parametrize("drill", [False, True])
 def test_a_rank_blind_in_its_pipeline_comm_is_not_named_from_a_coarser_one_while_it_computes_like_its_peers(
         settings, gen_a, monkeypatch, drill):
