@@ -112,16 +112,21 @@ def steps(job: HandJob, n: int, step: int = S, late: dict[int, dict[int, int]] |
         job.beat(job.now)
 
 
-def slow_ranks_of(settings, cap) -> list[list[int]]:
-    """A capture through the detector core: per slow_rank incident, in the order they opened,
-    every rank it named (at its opening or in an update: a rank found later joins the open
-    incident of its node)."""
+def replayed(settings, cap) -> list[dict]:
+    """A capture through the detector core, as `commwatch replay` runs it: its incident events."""
     from commwatch.capture import read_sorted
     from commwatch.decode import decode_messages
     from commwatch.streams.detect import Detector
 
     msgs = read_sorted(cap)
-    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    return Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+
+
+def slow_ranks_of(settings, cap) -> list[list[int]]:
+    """A capture through the detector core: per slow_rank incident, in the order they opened,
+    every rank it named (at its opening or in an update: a rank found later joins the open
+    incident of its node)."""
+    events = replayed(settings, cap)
     named: dict[str, set[int]] = {}
     for e in events:
         if e["kind"] == "slow_rank" and e["status"] in ("open", "update"):

@@ -9,6 +9,7 @@ from commwatch.capture import read_sorted
 from commwatch.decode import decode_messages
 from commwatch.streams.detect import Detector, job_slow, steps
 from commwatch.streams.detect.steps import StepTracker
+from detect_jobs import replayed
 
 S = 1_000_000_000
 
@@ -531,8 +532,7 @@ def test_a_tp_group_waiting_on_another_stage_is_not_named_by_one_members_local_j
     if drill:
         monkeypatch.setattr(steps, "OWN_SHARE", 0.0)
     cap, truth = gen_d("t04_two_in_turn", seed=7)
-    msgs = read_sorted(cap)
-    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    events = replayed(settings, cap)
     named = {r for e in events if e["kind"] == "slow_rank" and e["status"] in ("open", "update")
              for r in e["culprit_ranks"]}
     assert named >= {9, 26} and truth["culprits"] == [9, 26]
@@ -579,8 +579,7 @@ def test_a_pipeline_peer_waiting_in_every_phase_for_one_iteration_is_not_named(s
         monkeypatch.setattr(steps, "WAITS_NOT_STRETCH", False)
     cap, truth = gen_h("n10_alloc_retry")
     assert truth["jobs"][0]["culprits"] == [17]
-    msgs = read_sorted(cap)
-    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    events = replayed(settings, cap)
     named = {r for e in events if e["kind"] == "slow_rank" for r in e["culprit_ranks"]}
     assert (21 in named) is drill
     assert 17 in named

@@ -12,7 +12,7 @@ from commwatch import topics
 from commwatch.capture import Message
 from commwatch.messages import validate_incident
 from commwatch.streams.detect import job_slow, job_stage, slow
-from detect_jobs import MS, S, HandJob, slow_ranks_of, steps
+from detect_jobs import MS, S, HandJob, replayed, slow_ranks_of, steps
 
 GEN_B = Path(__file__).resolve().parents[1] / "independent" / "jobs" / "gen.py"
 
@@ -451,9 +451,7 @@ def test_a_rank_whose_stalls_cost_under_slow_impact_is_named_once_they_repeat(se
     with 1, beside a hang: rank 0 is not named (its cost, estimated on three stalls, 5.6 %).
     Drills: stalls must cost `slow_impact` (`SMALL_SHARE` 1): 17 is missed; a small cost named
     on three stalls (`SMALL_REPEAT` 3): rank 0 is named."""
-    from commwatch.capture import read_sorted
-    from commwatch.decode import decode_messages
-    from commwatch.streams.detect import Detector, stalls
+    from commwatch.streams.detect import stalls
 
     if drill == "cost":
         monkeypatch.setattr(stalls, "SMALL_SHARE", 1.0)
@@ -462,8 +460,7 @@ def test_a_rank_whose_stalls_cost_under_slow_impact_is_named_once_they_repeat(se
 
     def slow_events(scenario: str, seed: int) -> list[dict]:
         cap, _ = gen_h(scenario, seed)
-        msgs = read_sorted(cap)
-        events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+        events = replayed(settings, cap)
         return [e for e in events if e["kind"] == "slow_rank"]
 
     retries = slow_events("n10_alloc_retry", 4)
@@ -723,15 +720,11 @@ def test_ranks_a_slow_link_slows_are_not_named_and_the_link_stays_on_its_node(se
     between their calls and were named P3 slow ranks, and the TP comm left the link's
     evidence (its ranks counted as slow): the link became a P3 over four nodes. Now the link
     alone, P2 on node 3 to the end. Drill: an open link explains no rank and keeps no comm."""
-    from commwatch.capture import read_sorted
-    from commwatch.decode import decode_messages
-    from commwatch.streams.detect import Detector
 
     if drill:
         monkeypatch.setattr(job_stage.JobStage, "_link_comms", staticmethod(lambda js: set()))
     cap, _ = gen_f("q10_tp16_slow_nic", seed=5)
-    msgs = read_sorted(cap)
-    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    events = replayed(settings, cap)
     assert {e["kind"] for e in events} == ({"slow_link", "slow_rank"} if drill else {"slow_link"})
     link = [e for e in events if e["kind"] == "slow_link"][-1]
     assert (link["severity"], link["culprit_nodes"]) == (("P3", []) if drill else ("P2", [f"{link['job']}-n03"]))
@@ -746,17 +739,13 @@ def test_a_slow_link_inside_a_node_and_a_rank_slow_in_its_own_transfers_are_name
     it is in, its compute normal): a P3 link over all nodes, no rank named. Now the node's
     link P2, and rank 17 named in a P2 on its node, the one member its slow comms share.
     Drill (on the second): comms inside one node do not count."""
-    from commwatch.capture import read_sorted
-    from commwatch.decode import decode_messages
-    from commwatch.streams.detect import Detector
 
     if drill:
         monkeypatch.setattr(slow.SlowTracker, "_in_node", staticmethod(lambda ct, node_of: False))
     got = {"e05-nvlink-degraded": None}
     for name in ("e07-comm-kernel-slow",) if drill else ("e05-nvlink-degraded", "e07-comm-kernel-slow"):
         cap, _ = gen_g(name)
-        msgs = read_sorted(cap)
-        events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+        events = replayed(settings, cap)
         got[name] = [(e["kind"], e["severity"], e["culprit_ranks"], e["culprit_nodes"]) for e in events
                      if e["severity"] in ("P0", "P1", "P2")]
     assert drill or got["e05-nvlink-degraded"] == [("slow_link", "P2", [], ["node-007"])]
@@ -770,17 +759,13 @@ def test_a_slow_nic_is_one_incident_that_also_explains_the_jobs_slowdown(setting
     open ten seconds; and the job's 24 % slowdown was reported as unexplained (P3) while the
     link's incident was open. Now one incident, narrowed to the node by an update, and no
     unexplained slowdown. Drills: each node set its own incident; no link explaining it."""
-    from commwatch.capture import read_sorted
-    from commwatch.decode import decode_messages
-    from commwatch.streams.detect import Detector
 
     if drill == "key":
         monkeypatch.setattr(job_stage.JobStage, "_link_key", staticmethod(lambda js, nodes: ("slow_link", tuple(nodes))))
     if drill == "explains":
         monkeypatch.setattr(job_stage.JobStage, "_link_open", staticmethod(lambda js: False))
     cap, _ = gen_d("n01_slow_nic", seed=10)
-    msgs = read_sorted(cap)
-    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    events = replayed(settings, cap)
     links = [e for e in events if e["kind"] == "slow_link"]
     unexplained = [e for e in events if e["status"] == "open" and "job_slowdown" in e["evidence"]]
     assert (len({e["incident"] for e in links}) == 1) is (drill != "key")
@@ -796,16 +781,12 @@ def test_a_slow_rank_nothing_judges_for_a_while_stays_one_incident(settings, gen
     at 31 s), so the book's 10 s quiet period ran out: the incident resolved at 37 s and opened
     again at 57 s, two incidents for one fault. Now it stays open, one incident, to the end.
     Drill: an incident whose rank nothing judges is not kept (`UNJUDGED_KEEP_NS` 0)."""
-    from commwatch.capture import read_sorted
-    from commwatch.decode import decode_messages
-    from commwatch.streams.detect import Detector
 
     if drill:
         monkeypatch.setattr(job_slow, "UNJUDGED_KEEP_NS", 0)
     cap, truth = gen_g("e23-long-steps", 5)
     assert truth["jobs"][0]["culprits"] == [25]
-    msgs = read_sorted(cap)
-    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    events = replayed(settings, cap)
     slow_events = [(e["status"], e["culprit_ranks"]) for e in events if e["kind"] == "slow_rank"]
     assert [s for s, r in slow_events if s in ("open", "resolved")] == (
         ["open", "resolved", "open"] if drill else ["open"])
@@ -821,16 +802,12 @@ def test_two_slow_ranks_of_one_stage_in_two_replicas_stay_named(settings, gen_h,
     while 14 was as slow: waits for a peer fall inside the calls of the comm a rank was found
     in, not between them. Now both stay named, in their own incidents, to the end. Drill: the
     comm a rank was found in counts for its waits (`FOUND_COMM_APART` off)."""
-    from commwatch.capture import read_sorted
-    from commwatch.decode import decode_messages
-    from commwatch.streams.detect import Detector
 
     if drill:
         monkeypatch.setattr(slow, "FOUND_COMM_APART", False)
     cap, truth = gen_h("n11_two_slow")
     assert truth["jobs"][0]["culprits"] == [14, 30]
-    msgs = read_sorted(cap)
-    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    events = replayed(settings, cap)
     opened = [e["culprit_ranks"] for e in events if e["kind"] == "slow_rank" and e["status"] == "open"]
     resolved = [e["culprit_ranks"] for e in events if e["kind"] == "slow_rank" and e["status"] == "resolved"]
     assert opened == [[14], [30]]
@@ -846,16 +823,12 @@ def test_two_ranks_of_a_node_found_at_once_are_not_one_node_fault(settings, gen_
     held back a few seconds (more of the node may follow), each is then named alone (21's P1
     names it alone). Drill: any two ranks of a node found at once are one node fault
     (`NODE_SHARE` 0)."""
-    from commwatch.capture import read_sorted
-    from commwatch.decode import decode_messages
-    from commwatch.streams.detect import Detector
 
     if drill:
         monkeypatch.setattr(job_slow, "NODE_SHARE", 0.0)
     cap, truth = gen_h("n02b_moe_slow", 5)
     assert truth["jobs"][0]["culprits"] == [21]
-    msgs = read_sorted(cap)
-    events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
+    events = replayed(settings, cap)
     named = [e["culprit_ranks"] for e in events if e["kind"] == "slow_rank" and 21 in e["culprit_ranks"]]
     paged = {tuple(e["culprit_ranks"]) for e in events if e["kind"] == "slow_rank" and e["severity"] in ("P0", "P1")}
     assert named and (paged == {(16, 21)} if drill else {tuple(n) for n in named} == {(21,)} and paged == {(21,)})
