@@ -471,6 +471,29 @@ def test_a_rank_whose_stalls_cost_under_slow_impact_is_named_once_they_repeat(se
 
 
 @pytest.mark.parametrize("drill", [False, True])
+def test_a_slow_rank_is_p2_once_it_lasts(settings, gen_h, monkeypatch, drill):
+    """The eighth generator's MoE job (32 ranks, 4 expert groups of 8): in each group the rank
+    holding the hot expert is 1.2-1.4x for 3-10 iterations, then another. Drawn with 1, its
+    hot ranks 11, 13, 23 were named P2 (impact over 0.2 for a while), then resolved: three
+    tickets for routing noise. A slowdown costing 20-50 % is P3 until it lasts `P2_AFTER_NS`
+    (10 s): they stay P3. The same generator's two slow ranks (1.3x and 1.6x) are named P3 at
+    once, and the one costing 36 % becomes P2 ten seconds on. Drill: P2 at once
+    (`P2_AFTER_NS` 0)."""
+    if drill:
+        monkeypatch.setattr(job_slow, "P2_AFTER_NS", 0)
+    cap, truth = gen_h("n02a_moe_routing")
+    assert truth["jobs"][0]["culprits"] == []
+    sev = {e["severity"] for e in replayed(settings, cap) if e["kind"] == "slow_rank"}
+    assert sev == ({"P2", "P3"} if drill else {"P3"})
+    if not drill:
+        cap, truth = gen_h("n11_two_slow")
+        events = [e for e in replayed(settings, cap) if e["kind"] == "slow_rank"]
+        assert [(e["status"], e["severity"], e["culprit_ranks"]) for e in events] == [
+            ("open", "P3", [14]), ("open", "P3", [30]), ("update", "P2", [30])]
+        assert events[2]["ts_ns"] - events[1]["ts_ns"] >= job_slow.P2_AFTER_NS
+
+
+@pytest.mark.parametrize("drill", [False, True])
 def test_a_rank_blind_in_its_pipeline_comm_is_not_named_from_a_coarser_one_while_it_computes_like_its_peers(
         settings, gen_a, monkeypatch, drill):
     """Generator A's TP=1 pipeline (PP 4, DP 4, GPU-timed) with rank 6 2x from 25 s, its draw
