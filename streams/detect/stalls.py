@@ -37,12 +37,13 @@ class StallRules:
         between them), or `SMALL_SHARE` of that once it stalled in `SMALL_REPEAT` windows of
         the comm that shows it most (its severity follows its cost: P3). The eighth
         generator's allocator retries, rank 17's iteration 300-600 ms longer every 3-7
-        iterations, cost its job 7-8 % and were named by nothing with 4 of 7 draws; its rank
-        0's logging, 150-350 ms every 10 iterations (4-5 %), is a cost too, but one estimate
-        on three of them said 5.6 % (draw 1): a small cost is named on six. Random stalls of
-        many ranks (garbage collections, each rank at its own moments: some rank stalls three
-        times in a minute by chance), or a pause of every rank at once, name nobody. Nor does a rank that waits for a slow one (`slow`: found or named
-        by its compute) inside the calls of a collective comm they share (`waits_for`): each
+        iterations, cost its job 7-8 % and were named by nothing with 5 of its draws 1-8; its
+        rank 0's logging, 150-350 ms every 10 iterations (4-5 %), is a cost too, but one
+        estimate on three of them said 5.6 % (draw 1): a small cost is named on six. Random
+        stalls of many ranks (garbage collections, each rank at its own moments: some rank
+        stalls three times in a minute by chance), or a pause of every rank at once, name
+        nobody. Nor does a rank that waits for a slow one (`slow`: found or named by its
+        compute) inside the calls of a collective comm they share (`waits_for`): each
         iteration its gaps in its other comms hold that wait, a stall in their figures, while
         it was inside a call all along (generator C's 256-rank job drawn with 21000: rank
         133 1.5x; its tensor-parallel peer 128, late at every data-parallel reduction by its
