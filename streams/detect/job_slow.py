@@ -359,7 +359,7 @@ class SlowRules:
             # it lasts `P2_AFTER_NS`: none with 1, 3 and 5
             age = now_ns - open_.opened_ns if open_ is not None else 0
             sev = ("P1" if impact >= 0.5 and age >= P1_AFTER_NS else
-                   "P2" if impact >= 0.5 or impact >= 0.2 and age >= P2_AFTER_NS else "P3")
+                   "P2" if impact >= 0.5 or (impact >= 0.2 and age >= P2_AFTER_NS) else "P3")
             if open_ is not None:
                 sev = min(sev, open_.severity)  # severity only rises while open: no flapping updates
             low = {r: clocks[r] for r in ranks if clocks.get(r) and med_clock
