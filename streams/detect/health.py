@@ -37,7 +37,8 @@ def snapshot(js, now_ns: int, drops: dict[str, int] | None = None) -> dict:
     """The health of one job (`JobState` of `job_stage.py`)."""
     book = js.book
     incidents = [book.event(i, "open", now_ns) for i in book.open.values()]
-    kinds = {i["kind"] for i in incidents if i["culprit_ranks"] or i["culprit_nodes"] or i["kind"] == "comm_hang"}
+    kinds = {i["kind"] for i in incidents if i["culprit_ranks"] or i["culprit_nodes"] and i["kind"] != "node_lost"
+             or i["kind"] == "comm_hang"}  # a node_lost naming no rank: its data is late, its ranks run
     if js.ended_ns:
         state = "ended"
     elif kinds & {"hang", "comm_hang", "node_lost"}:

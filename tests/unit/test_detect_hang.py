@@ -150,19 +150,61 @@ def test_node_lost_after_three_silent_periods_and_resolves(settings):
 def test_a_silent_node_whose_ranks_still_complete_collectives_is_not_paged(settings):
     """Nothing from n1 reaches the pipeline (its agent, or the network to the broker), but
     rank 3 on n0 still completes data-parallel collectives that n1's ranks 4 and 5 are in:
-    those ranks run, their data is late: a P2. Once nothing completes any more, a P0."""
+    those ranks run, their data is late: nothing while it could be a node that crashed a
+    moment ago (one heartbeat period beyond `node_lost_periods`), then a P3 naming n1 and no
+    rank, a P2 once that lasts `DATA_LOST_P2_NS` (the job's hangs there cannot be seen). Once
+    nothing completes any more, a P0 naming n1's ranks."""
+    from commwatch.streams.detect.job_stage import DATA_LOST_P2_NS
+
     j = HandJob(settings, {TP: [0, 1, 2, 3], DP: [3, 4, 5]}, NODES)
     steps(j, 4)
-    for _ in range(6):  # n0's calls and heartbeats only
-        base = j.now + S
-        j.collective(TP, j.state[(TP, 0)][0] + 1, {r: base for r in (0, 1, 2, 3)}, base + 2 * MS)
-        j.collective(DP, j.state[(DP, 3)][0] + 1, {3: base + 10 * MS}, base + 12 * MS)
-        j.beat(j.now, silent_nodes=("n1",))
+    silent_from = j.now
+    told = (settings.node_lost_periods + 1) * settings.heartbeat_period_s * S
+
+    def n0_only(seconds: int) -> None:  # n0's calls and heartbeats only
+        for _ in range(seconds):
+            base = j.now + S
+            j.collective(TP, j.state[(TP, 0)][0] + 1, {r: base for r in (0, 1, 2, 3)}, base + 2 * MS)
+            j.collective(DP, j.state[(DP, 3)][0] + 1, {3: base + 10 * MS}, base + 12 * MS)
+            j.beat(j.now, silent_nodes=("n1",))
+
+    n0_only(3)
+    assert not [i for i in j.incidents if i["kind"] == "node_lost"]
+    n0_only(3)
     (lost,) = j.opened("node_lost")
-    assert lost["severity"] == "P2" and lost["culprit_nodes"] == ["n1"] and "ranks_alive_ns" in lost["evidence"]
-    assert not [i for i in j.incidents if i["severity"] in ("P0", "P1")]
+    assert told <= lost["ts_ns"] - silent_from <= told + 2 * S
+    assert lost["severity"] == "P3" and lost["culprit_nodes"] == ["n1"] and lost["culprit_ranks"] == []
+    assert lost["evidence"]["ranks"] == [4, 5] and "ranks_alive_ns" in lost["evidence"]
+    assert "not its ranks" in lost["summary"]
+    assert j.det.health("j1")["state"] != "hang"
+    n0_only(int(DATA_LOST_P2_NS / S) - 6)
+    events = [(i["status"], i["severity"]) for i in j.incidents if i["kind"] == "node_lost"]
+    assert events == [("open", "P3"), ("update", "P2")]
+    raised = [i for i in j.incidents if i["kind"] == "node_lost"][-1]
+    assert DATA_LOST_P2_NS <= raised["ts_ns"] - silent_from <= DATA_LOST_P2_NS + 3 * S
+    assert raised["culprit_ranks"] == [] and not [i for i in j.incidents if i["severity"] in ("P0", "P1")]
     j.heartbeats(j.now + 8 * S, silent_nodes=("n1",))  # n0 stops too: no collective completes
-    assert [i["severity"] for i in j.incidents if i["kind"] == "node_lost"][-1] == "P0"
+    last = [i for i in j.incidents if i["kind"] == "node_lost"][-1]
+    assert last["severity"] == "P0" and last["culprit_ranks"] == [4, 5]
+
+
+def test_a_node_that_crashes_right_after_its_last_heartbeat_opens_one_p0_naming_its_ranks(settings):
+    """n1 falls silent and a collective its ranks were in completes on n0 a moment later (they
+    ran a little past n1's last heartbeat), then nothing of theirs completes: for that moment
+    the node looks like one whose data is late. Its incident opens once, a P0 naming n1's
+    ranks (not a notice naming no rank, raised a moment later)."""
+    j = HandJob(settings, {TP: [0, 1, 2, 3], DP: [3, 4, 5]}, NODES)
+    steps(j, 4)
+    for i in range(16):  # n0's calls and heartbeats only, every half second: n1's ranks gone after 1 s
+        base = j.now + S // 2
+        j.collective(TP, j.state[(TP, 0)][0] + 1, {r: base for r in (0, 1, 2, 3)}, base + 2 * MS)
+        if i == 1:
+            j.collective(DP, j.state[(DP, 3)][0] + 1, {3: base + 10 * MS}, base + 12 * MS)
+        j.beat(j.now, silent_nodes=("n1",))
+    events = [i for i in j.incidents if i["kind"] == "node_lost"]
+    assert events and events[0]["status"] == "open"
+    assert events[0]["severity"] == "P0" and events[0]["culprit_ranks"] == [4, 5], events[0]["summary"]
+    assert len({i["incident"] for i in events}) == 1
 
 
 def _pipeline_pair(settings):
@@ -701,7 +743,7 @@ def test_a_job_restarted_on_fewer_nodes_under_its_id_resolves_the_old_run_and_is
     assert {e["culprit_nodes"][0] for e in lost} == {crash["nodes"]["40"]}
     assert lost[-1]["status"] == "resolved" and lost[-1]["evidence"]["resolved_reason"] == "job_restarted"
     assert lost[-1]["ts_ns"] >= truth["jobs"][1]["onset_ns"] - 20 * 10**9  # at the restart (33 s), not the end
-    assert [e["severity"] for e in lost if e["status"] == "update"] == ["P0"]
+    assert [(e["status"], e["severity"]) for e in lost] == [("open", "P0"), ("resolved", "P0")]
     assert named and all(r == [13] for r in named)
 
 
