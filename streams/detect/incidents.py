@@ -37,6 +37,7 @@ class IncidentBook:
         self.resolve_ns = int(resolve_after_s * 1e9)
         self.open: dict[tuple, Incident] = {}
         self._resolved_at: dict[tuple, int] = {}
+        self.faded: dict[tuple, int] = {}  # key -> when it resolved for not being seen (`expire`)
 
     def event(self, inc: Incident, status: str, now_ns: int) -> dict:
         return {
@@ -78,7 +79,15 @@ class IncidentBook:
                 continue
             if now_ns - inc.last_seen_ns >= inc.quiet_ns:
                 out.append(self._resolved(key, now_ns, "cleared", f"not seen for {inc.quiet_ns / 1e9:.0f} s"))
+                self.faded[key] = now_ns
         return out
+
+    def faded_since(self, kind: str, since_ns: int, but: tuple | None = None) -> list[tuple]:
+        """Keys of `kind` (their first item) other than `but` that resolved for not being seen
+        at `since_ns` or later (older ones are forgotten here)."""
+        for key in [k for k, t in self.faded.items() if t < since_ns]:
+            del self.faded[key]
+        return [k for k in self.faded if k[0] == kind and k != but]
 
     def keep(self, key: tuple, now_ns: int, most_ns: int | None = None) -> None:
         """The condition cannot be judged now (what shows it is not current): it is neither

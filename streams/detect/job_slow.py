@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 HW_SLOW_EVIDENCE_RATIO = 0.95
 P1_AFTER_NS = 10_000_000_000  # a slow rank costing half the job's time is P1 once it lasts this long
 P2_AFTER_NS = 10_000_000_000  # one costing a fifth of it is P2 once it lasts this long (P3 before; half of it: P2 at once)
+# ... in a job whose slow ranks come and go (another one's incident faded within `MOVING_NS`),
+# once it lasts `MOVING_P2_AFTER_NS`: a hot spot that moves (MoE routing) is no ticket
+MOVING_NS = 60_000_000_000
+MOVING_P2_AFTER_NS = 30_000_000_000
 NODE_JOIN_NS = 5_000_000_000  # a rank joins the incident of another rank of its node opened this recently (`_slow_units`)
 NODE_SHARE = 0.5  # ranks of one node found within `NODE_JOIN_NS` are one fault when this share of its ranks or more (`_slow_units`)
 UNFELT_SHARE = 3.0  # a rank newly found slow whose job lost under its impact / this since its onset, ...
@@ -356,10 +360,16 @@ class SlowRules:
             # seconds is worth no ticket. The eighth generator's MoE routing noise (each expert
             # group's hot expert makes its rank 1.2-1.4x for 3-10 iterations, then another) had
             # two to five ranks named P2 per healthy 70 s job, with every draw 1-6; P2 only once
-            # it lasts `P2_AFTER_NS`: none with 1, 3 and 5
+            # it lasts `P2_AFTER_NS`: none with 1, 3 and 5. With 2, 4 and 6 a hot rank stays
+            # over a fifth for 10 s (its figures decay over the horizon after its stint), but
+            # the job's slowness moves: the incident of another rank faded a moment before.
+            # There, P2 once it lasts `MOVING_P2_AFTER_NS` (a slow GPU stays slow)
             age = now_ns - open_.opened_ns if open_ is not None else 0
+            after = P2_AFTER_NS
+            if impact < 0.5 and age >= P2_AFTER_NS and js.book.faded_since("slow_rank", now_ns - MOVING_NS, key):
+                after = MOVING_P2_AFTER_NS
             sev = ("P1" if impact >= 0.5 and age >= P1_AFTER_NS else
-                   "P2" if impact >= 0.5 or (impact >= 0.2 and age >= P2_AFTER_NS) else "P3")
+                   "P2" if impact >= 0.5 or (impact >= 0.2 and age >= after) else "P3")
             if open_ is not None:
                 sev = min(sev, open_.severity)  # severity only rises while open: no flapping updates
             low = {r: clocks[r] for r in ranks if clocks.get(r) and med_clock

@@ -494,6 +494,31 @@ def test_a_slow_rank_is_p2_once_it_lasts(settings, gen_h, monkeypatch, drill):
 
 
 @pytest.mark.parametrize("drill", [False, True])
+def test_in_a_job_whose_slowness_moves_a_slow_rank_is_p2_only_once_it_lasts_longer(settings, gen_h, monkeypatch,
+                                                                                    drill):
+    """The same MoE job drawn with 2: hot rank 15 is named P3 at 3 s and its incident fades at
+    16 s; hot rank 6, named at 6 s, stays over a fifth of the job's time for 10 s (its figures
+    decay over the horizon after its stint) and was a P2 ticket. The job's slowness moves (15's
+    incident faded a moment before): 6 is P2 only once it lasts `MOVING_P2_AFTER_NS` (30 s),
+    and it fades at 30 s. Its twin with a 1.5x rank, drawn with 4: the culprit 21 is named (P1:
+    it costs half the job), the hot rank 22 beside it no longer P2. Drill: 10 s there too."""
+    if drill:
+        monkeypatch.setattr(job_slow, "MOVING_P2_AFTER_NS", job_slow.P2_AFTER_NS)
+    cap, truth = gen_h("n02a_moe_routing", seed=2)
+    assert truth["jobs"][0]["culprits"] == []
+    events = [e for e in replayed(settings, cap) if e["kind"] == "slow_rank"]
+    named = {(e["severity"], tuple(e["culprit_ranks"])) for e in events}
+    assert ("P3", (15,)) in named and ("P3", (6,)) in named
+    assert {sev for sev, _ in named} == ({"P2", "P3"} if drill else {"P3"})
+    cap, truth = gen_h("n02b_moe_slow", seed=4)
+    assert truth["jobs"][0]["culprits"] == [21]
+    events = [e for e in replayed(settings, cap) if e["kind"] == "slow_rank"]
+    assert any(e["severity"] == "P1" and e["culprit_ranks"] == [21] for e in events)
+    p2 = {r for e in events if e["severity"] in ("P1", "P2") for r in e["culprit_ranks"]}
+    assert p2 == ({21, 22} if drill else {21})
+
+
+@pytest.mark.parametrize("drill", [False, True])
 def test_a_rank_blind_in_its_pipeline_comm_is_not_named_from_a_coarser_one_while_it_computes_like_its_peers(
         settings, gen_a, monkeypatch, drill):
     """Generator A's TP=1 pipeline (PP 4, DP 4, GPU-timed) with rank 6 2x from 25 s, its draw
