@@ -1,6 +1,6 @@
 """`commwatch bench throughput`: how fast the detectors go, and how much they hold.
 
-Three measurements, printed as a table (JSON with --json):
+Five measurements, printed as a table (JSON with --json):
 
 - replay: the detector core (`Detector`) over a simulated job of 32, 1k, 8k and 32k ranks
   on one core. The messages are generated into memory first (not timed); then they are
@@ -14,6 +14,9 @@ Three measurements, printed as a table (JSON with --json):
 - bounded: the bytes the detector holds (every object it reaches) after a 10-minute and a
   1-hour run of the same small job (10 and 15 minutes with --quick): about equal if its
   state is bounded.
+- engine: the worker's engine (`bench_pipeline.py`: both halves fed polls as the worker
+  feeds them, without the broker) over the live flood's job and a 1024-rank job at
+  wall-clock pace: what the live figures cost per record on one core.
 - live: the real pipeline (`commwatch worker` processes on the embedded broker, fresh
   topics) with 1 and 2 workers: call records/s end to end over a flood of about 1M records
   (120 s of a 64-rank job; first message produced to last record consumed, from the
@@ -59,6 +62,7 @@ from commwatch.capture import CaptureWriter
 from commwatch.decode import decode_messages
 from commwatch.producers.simulate import JobSpec, parse_fault, simulate
 from commwatch.settings import Settings
+from commwatch.streams.bench_pipeline import pipeline_runs
 from commwatch.streams.detect import Detector
 from commwatch.wire import WireError
 
@@ -532,7 +536,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                     "load_avg_1m": round(os.getloadavg()[0], 2),
                     "replay": [replay_run(settings, r, records) for r in sizes],
                     "startup": startup_run(settings),
-                    "bounded": bounded_run(settings, 600.0, 1.5 if args.quick else 6.0)}
+                    "bounded": bounded_run(settings, 600.0, 1.5 if args.quick else 6.0),
+                    "engine": pipeline_runs(settings, args.quick)}
     if not args.skip_live:
         result["live"] = live(settings, args.quick, args.load)
     if args.json:
@@ -563,6 +568,9 @@ def print_table(res: dict) -> None:
     print(f"\nstate bound, {b['ranks']} ranks: retained {b['short']['retained_kb']} KiB after {b['short']['sim_s']:g} s "
           f"({b['short']['records']} records), {b['long']['retained_kb']} KiB after {b['long']['sim_s']:g} s "
           f"({b['long']['records']} records): x{b['long_over_short']}")
+    print("\nthe worker's engine, one core, no broker (both halves, reports bundled between them: "
+          "`bench_pipeline.py`)")
+    table(res["engine"], ("ranks", "pace", "sim_s", "records", "cpu_s", "records_per_cpu_s"))
     if "live" in res:
         print("\nlive pipeline, embedded broker: a flood sent as fast as the producer goes")
         table(res["live"], ("workers", "partitions", "ready_s", "records", "records_decoded", "produce_s", "end_to_end_s",

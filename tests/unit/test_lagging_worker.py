@@ -19,7 +19,7 @@ from commwatch.capture import Message
 from commwatch.metrics import StreamMetrics
 from commwatch.producers.simulate import JobSpec, parse_fault, simulate
 from commwatch.streams.app import REPORTS, Pipeline
-from commwatch.streams.report_out import _encode, bundles
+from commwatch.streams.report_out import encode_bundle, bundles
 
 S = 10**9
 
@@ -39,7 +39,7 @@ def _two_workers(settings, behind_s: float, first: int) -> list[dict]:
 
     def to_stage2(reports: list[dict], at: int) -> None:
         for bundle in bundles(reports):
-            rep = Message(REPORTS, "j", bundle["ts_ns"], _encode(bundle))
+            rep = Message(REPORTS, "j", bundle["ts_ns"], encode_bundle(bundle))
             a.wall_ns = lambda: at
             incidents.extend(a.job_message(REPORTS, rep, TopicPartition(t.name(REPORTS), 0)))
 

@@ -10,7 +10,7 @@ from commwatch.capture import Message
 from commwatch.metrics import StreamMetrics
 from commwatch.producers.simulate import JobSpec, parse_fault, simulate
 from commwatch.streams.app import LET_GO_S, REPORTS, Pipeline
-from commwatch.streams.report_out import _encode, bundles
+from commwatch.streams.report_out import encode_bundle, bundles
 
 
 def _fed(settings, part_of) -> tuple[Pipeline, list[dict]]:
@@ -28,7 +28,7 @@ def _fed(settings, part_of) -> tuple[Pipeline, list[dict]]:
             tp = TopicPartition(t.name(base), part_of(msg.key))
             reports, _ = pipe.comm_messages([(base, msg, tp)])
             for b in bundles(reports + pipe.comm_tick()):
-                rep = Message(REPORTS, "j", b["ts_ns"], _encode(b))
+                rep = Message(REPORTS, "j", b["ts_ns"], encode_bundle(b))
                 incidents += pipe.job_message(REPORTS, rep, TopicPartition(t.name(REPORTS), 0))
         else:
             incidents += pipe.job_message(base, msg, TopicPartition(t.name(base), 0))

@@ -5,7 +5,7 @@ import pytest
 
 from commwatch.capture import Message
 from commwatch.streams.app import decode_report
-from commwatch.streams.report_out import REPORTS, _encode, bundles
+from commwatch.streams.report_out import REPORTS, encode_bundle, bundles
 from commwatch.wire import WireError
 
 
@@ -22,7 +22,7 @@ def _reports() -> list[dict]:
 
 def test_a_bundle_reads_back_as_the_reports_it_holds():
     reps = _reports()
-    got = {b["job"]: decode_report(Message(REPORTS, b["job"], b["ts_ns"], _encode(b))) for b in bundles(reps)}
+    got = {b["job"]: decode_report(Message(REPORTS, b["job"], b["ts_ns"], encode_bundle(b))) for b in bundles(reps)}
     assert sorted(got) == ["j1", "j2"]
     assert got["j1"]["ts_ns"] == 1_767_225_620_500_000_000  # the newest report's time
     first = got["j1"]["reports"][0]
@@ -36,7 +36,7 @@ def test_a_bundle_reads_back_as_the_reports_it_holds():
 
 def test_what_is_not_json_is_refused_at_encoding():
     with pytest.raises(TypeError, match="object"):
-        _encode({"type": "bundle", "job": "j", "ts_ns": 1, "reports": [{"bad": object()}]})
+        encode_bundle({"type": "bundle", "job": "j", "ts_ns": 1, "reports": [{"bad": object()}]})
 
 
 @pytest.mark.parametrize("value, reason", [(b"\x00", "bad_json"), (b'{"type":"bundle","job":"j"}', "not_object"),
