@@ -9,9 +9,9 @@ them), the job's other messages (steps, topology) through the job half, and both
 ticks every `TICK_POLLS` polls. What the live figures cost per record, both halves included,
 without the consumer's own cost (fetch, decompression, `to_message`).
 
-Two loads: the live bench's flood (a 64-rank job whose event time runs `pace` times faster
-than the worker's clock: a backlog being caught up, each record paying for more of the
-job's time than at wall-clock pace) and a 1024-rank job at wall-clock pace (what a real job
+Two loads: the live bench's flood job (64 ranks) read as a backlog, as fast as it goes (its
+event time runs far faster than the worker's clock, and each record pays for more of the
+job's time than at wall-clock pace), and a 1024-rank job at wall-clock pace (what a real job
 of that size sends). Call records/s per CPU second.
 """
 

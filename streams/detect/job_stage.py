@@ -64,7 +64,7 @@ FRESH_EVAL_NS = 100_000_000  # slow-rank evaluations between the periodic ones (
 # there cannot be seen). Two jobs of the job model whose one node's data came 2.5-4 s late had
 # a P2 each, naming its ranks. A node that crashes looks the same for a moment (a collective
 # it was in completes after its last heartbeat): the period more lets that evidence age, and
-# its P0 opens naming its ranks (the fifth, sixth and eighth generators' crashed nodes: a P2
+# its P0 opens naming its ranks (the first, sixth and eighth generators' crashed nodes: a P2
 # naming their ranks, raised to P0 0.2-0.8 s later)
 DATA_LATE_PERIODS = 1
 DATA_LOST_P2_NS = 30_000_000_000

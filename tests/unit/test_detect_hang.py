@@ -188,11 +188,18 @@ def test_a_silent_node_whose_ranks_still_complete_collectives_is_not_paged(setti
     assert last["severity"] == "P0" and last["culprit_ranks"] == [4, 5]
 
 
-def test_a_node_that_crashes_right_after_its_last_heartbeat_opens_one_p0_naming_its_ranks(settings):
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_node_that_crashes_right_after_its_last_heartbeat_opens_one_p0_naming_its_ranks(settings, monkeypatch,
+                                                                                          drill):
     """n1 falls silent and a collective its ranks were in completes on n0 a moment later (they
     ran a little past n1's last heartbeat), then nothing of theirs completes: for that moment
     the node looks like one whose data is late. Its incident opens once, a P0 naming n1's
-    ranks (not a notice naming no rank, raised a moment later)."""
+    ranks (not a notice naming no rank, raised a moment later). Drill: told as soon as it is
+    judged silent (`DATA_LATE_PERIODS` 0): a P3 naming no rank first."""
+    from commwatch.streams.detect import job_stage
+
+    if drill:
+        monkeypatch.setattr(job_stage, "DATA_LATE_PERIODS", 0)
     j = HandJob(settings, {TP: [0, 1, 2, 3], DP: [3, 4, 5]}, NODES)
     steps(j, 4)
     for i in range(16):  # n0's calls and heartbeats only, every half second: n1's ranks gone after 1 s
@@ -202,9 +209,10 @@ def test_a_node_that_crashes_right_after_its_last_heartbeat_opens_one_p0_naming_
             j.collective(DP, j.state[(DP, 3)][0] + 1, {3: base + 10 * MS}, base + 12 * MS)
         j.beat(j.now, silent_nodes=("n1",))
     events = [i for i in j.incidents if i["kind"] == "node_lost"]
-    assert events and events[0]["status"] == "open"
-    assert events[0]["severity"] == "P0" and events[0]["culprit_ranks"] == [4, 5], events[0]["summary"]
-    assert len({i["incident"] for i in events}) == 1
+    assert events and events[0]["status"] == "open" and len({i["incident"] for i in events}) == 1
+    first = (events[0]["severity"], events[0]["culprit_ranks"])
+    assert first == (("P3", []) if drill else ("P0", [4, 5])), events[0]["summary"]
+    assert (events[-1]["severity"], events[-1]["culprit_ranks"]) == ("P0", [4, 5])
 
 
 def _pipeline_pair(settings):

@@ -19,7 +19,7 @@ from commwatch.capture import Message
 from commwatch.metrics import StreamMetrics
 from commwatch.producers.simulate import JobSpec, parse_fault, simulate
 from commwatch.streams.app import REPORTS, Pipeline
-from commwatch.streams.report_out import encode_bundle, bundles
+from commwatch.streams.report_out import bundles, encode_bundle
 
 S = 10**9
 

@@ -10,7 +10,7 @@ from commwatch.capture import Message
 from commwatch.metrics import StreamMetrics
 from commwatch.producers.simulate import JobSpec, parse_fault, simulate
 from commwatch.streams.app import LET_GO_S, REPORTS, Pipeline
-from commwatch.streams.report_out import encode_bundle, bundles
+from commwatch.streams.report_out import bundles, encode_bundle
 
 
 def _fed(settings, part_of) -> tuple[Pipeline, list[dict]]:

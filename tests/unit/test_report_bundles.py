@@ -5,7 +5,7 @@ import pytest
 
 from commwatch.capture import Message
 from commwatch.streams.app import decode_report
-from commwatch.streams.report_out import REPORTS, encode_bundle, bundles
+from commwatch.streams.report_out import REPORTS, bundles, encode_bundle
 from commwatch.wire import WireError
 
 
