@@ -22,7 +22,8 @@ HW_SLOW_EVIDENCE_RATIO = 0.95
 P1_AFTER_NS = 10_000_000_000  # a slow rank costing half the job's time is P1 once it lasts this long
 P2_AFTER_NS = 10_000_000_000  # one costing a fifth of it is P2 once it lasts this long (P3 before; half of it: P2 at once)
 # ... in a job whose slow ranks come and go (another one's incident faded within `MOVING_NS`),
-# once it lasts `MOVING_P2_AFTER_NS`: a hot spot that moves (MoE routing) is no ticket
+# or one with expert parallelism (a rank's coords name an expert-parallel index), once it lasts
+# `MOVING_P2_AFTER_NS`: a hot spot that moves (MoE routing) is no ticket
 MOVING_NS = 60_000_000_000
 MOVING_P2_AFTER_NS = 30_000_000_000
 NODE_JOIN_NS = 5_000_000_000  # a rank joins the incident of another rank of its node opened this recently (`_slow_units`)
@@ -183,6 +184,13 @@ class SlowRules:
                         self._phases_blind(js, r) and ev.get("ratio", 1.0) >= self._named_ratio(js, culprits)):
                 out.append(r)
         return out
+
+    @staticmethod
+    def _experts(js: JobState) -> bool:
+        """Whether the job runs expert parallelism: a rank's coords (`cw.topology.v1`) give
+        it an expert-parallel index other than 0 (MoE: tokens are routed to experts unevenly,
+        and which rank holds the busiest expert changes as training goes)."""
+        return any(c.get("ep") for c in js.coords.values() if isinstance(c, dict))
 
     @staticmethod
     def _named_ratio(js: JobState, ranks: set[int]) -> float:
@@ -363,10 +371,14 @@ class SlowRules:
             # it lasts `P2_AFTER_NS`: none with 1, 3 and 5. With 2, 4 and 6 a hot rank stays
             # over a fifth for 10 s (its figures decay over the horizon after its stint), but
             # the job's slowness moves: the incident of another rank faded a moment before.
-            # There, P2 once it lasts `MOVING_P2_AFTER_NS` (a slow GPU stays slow)
+            # There, P2 once it lasts `MOVING_P2_AFTER_NS` (a slow GPU stays slow); and so in
+            # any job with expert parallelism, from its first hot rank: routing moves load
+            # between its ranks by design (with 4 and 6 the healthy job's first hot rank, the
+            # first slowness of the job, reached P2 after 10 s, and so did its slow twin's)
             age = now_ns - open_.opened_ns if open_ is not None else 0
             after = P2_AFTER_NS
-            if impact < 0.5 and age >= P2_AFTER_NS and js.book.faded_since("slow_rank", now_ns - MOVING_NS, key):
+            if impact < 0.5 and age >= P2_AFTER_NS and (self._experts(js) or js.book.faded_since(
+                    "slow_rank", now_ns - MOVING_NS, key)):
                 after = MOVING_P2_AFTER_NS
             sev = ("P1" if impact >= 0.5 and age >= P1_AFTER_NS else
                    "P2" if impact >= 0.5 or (impact >= 0.2 and age >= after) else "P3")

@@ -478,7 +478,8 @@ def test_a_slow_rank_is_p2_once_it_lasts(settings, gen_h, monkeypatch, drill):
     tickets for routing noise. A slowdown costing 20-50 % is P3 until it lasts `P2_AFTER_NS`
     (10 s): they stay P3. The same generator's two slow ranks (1.3x and 1.6x) are named P3 at
     once, and the one costing 36 % becomes P2 ten seconds on. Drill: P2 at once
-    (`P2_AFTER_NS` 0)."""
+    (`P2_AFTER_NS` 0). The job's expert parallelism is not counted here (a later test's rule)."""
+    monkeypatch.setattr(job_slow.SlowRules, "_experts", staticmethod(lambda js: False))
     if drill:
         monkeypatch.setattr(job_slow, "P2_AFTER_NS", 0)
     cap, truth = gen_h("n02a_moe_routing")
@@ -501,7 +502,9 @@ def test_in_a_job_whose_slowness_moves_a_slow_rank_is_p2_only_once_it_lasts_long
     decay over the horizon after its stint) and was a P2 ticket. The job's slowness moves (15's
     incident faded a moment before): 6 is P2 only once it lasts `MOVING_P2_AFTER_NS` (30 s),
     and it fades at 30 s. Its twin with a 1.5x rank, drawn with 4: the culprit 21 is named (P1:
-    it costs half the job), the hot rank 22 beside it no longer P2. Drill: 10 s there too."""
+    it costs half the job), the hot rank 22 beside it no longer P2. Drill: 10 s there too. The
+    job's expert parallelism is not counted here (it is the next test's rule)."""
+    monkeypatch.setattr(job_slow.SlowRules, "_experts", staticmethod(lambda js: False))
     if drill:
         monkeypatch.setattr(job_slow, "MOVING_P2_AFTER_NS", job_slow.P2_AFTER_NS)
     cap, truth = gen_h("n02a_moe_routing", seed=2)
@@ -514,6 +517,30 @@ def test_in_a_job_whose_slowness_moves_a_slow_rank_is_p2_only_once_it_lasts_long
     assert truth["jobs"][0]["culprits"] == [21]
     events = [e for e in replayed(settings, cap) if e["kind"] == "slow_rank"]
     assert any(e["severity"] == "P1" and e["culprit_ranks"] == [21] for e in events)
+    p2 = {r for e in events if e["severity"] in ("P1", "P2") for r in e["culprit_ranks"]}
+    assert p2 == ({21, 22} if drill else {21})
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_in_a_job_with_expert_parallelism_a_slow_rank_is_p2_only_once_it_lasts_longer(settings, gen_h, monkeypatch,
+                                                                                       drill):
+    """The same MoE job (its ranks' coords give expert-parallel indices 0-7) drawn with 4: its
+    first hot rank, 26, named P3 at 3 s, stayed over a fifth of the job's time until 28 s and
+    was a P2 ticket at 13 s: no incident had faded yet, the job's slowness had not moved. In a
+    job with expert parallelism a slow rank costing 20-50 % is P2 only once it lasts
+    `MOVING_P2_AFTER_NS` (30 s): 26 stays P3. Its twin with a 1.5x rank 21 from 30 s, drawn
+    with 1: the hot rank 22 was P2 at 15 s; now only 21 is (at 63 s). Drill: the job's
+    expert parallelism not counted (`_experts`)."""
+    if drill:
+        monkeypatch.setattr(job_slow.SlowRules, "_experts", staticmethod(lambda js: False))
+    cap, truth = gen_h("n02a_moe_routing", seed=4)
+    assert truth["jobs"][0]["culprits"] == []
+    named = {(e["severity"], tuple(e["culprit_ranks"])) for e in replayed(settings, cap) if e["kind"] == "slow_rank"}
+    assert ("P3", (26,)) in named
+    assert {sev for sev, _ in named} == ({"P2", "P3"} if drill else {"P3"})
+    cap, truth = gen_h("n02b_moe_slow", seed=1)
+    assert truth["jobs"][0]["culprits"] == [21]
+    events = [e for e in replayed(settings, cap) if e["kind"] == "slow_rank"]
     p2 = {r for e in events if e["severity"] in ("P1", "P2") for r in e["culprit_ranks"]}
     assert p2 == ({21, 22} if drill else {21})
 
