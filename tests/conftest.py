@@ -154,3 +154,10 @@ def gen_a(tmp_path_factory):
         return cap
 
     return capture
+
+
+@pytest.fixture(scope="session")
+def gen_i(tmp_path_factory):
+    """A capture of the ninth independent generator (`tests/independent/sched`) and its truth
+    (its default base seed 1)."""
+    return _scenario_truth(tmp_path_factory, "sched", 1)

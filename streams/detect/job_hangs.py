@@ -220,6 +220,11 @@ class HangRules:
                     f"(enqueued by the host; peers wait in it on their GPUs: a kernel before it holds the GPU)")
         else:
             what = f"rank{s} {who} never entered {first['op']} #{first['seq']} on comm {first['comm'][:4]}.."
+        own = an.own.get(first["rank"]) if an.deadlock else None
+        if own is not None:  # a deadlock: the root is in a call of its own, which its waiters are not in
+            what = (f"rank{s} {who} wait{'' if s else 's'} in {own[2]} #{own[1]} on comm {own[0][:4]}.. while the "
+                    f"ranks waiting on {'them' if s else 'it'} wait in {first['op']} #{first['seq']} on comm "
+                    f"{first['comm'][:4]}..: their call order differs (a deadlock)")
         blocked = sorted({x.comm for x in an.blocked})
         # the hang began when it began: an open one's onset never moves later. Its victims torn
         # down (a watchdog's abort) reshape the waits, and the oldest left may be younger: its
@@ -242,8 +247,7 @@ class HangRules:
     def _stalled(self, js: JobState, now_ns: int, out: list) -> None:
         if js.waits or not js.comms or not js.node_seen:
             return
-        limit = self.settings.node_lost_periods * self.settings.heartbeat_period_s * 1e9
-        if now_ns - max(js.node_seen.values()) > limit:
+        if now_ns - max(js.node_seen.values()) > self._node_limit(js):
             return  # nobody reports: the job ended or the pipeline lost it, not a stall
         last = max(c["last_ns"] for c in js.comms.values())
         if last <= 0:

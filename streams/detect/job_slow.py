@@ -301,6 +301,31 @@ class SlowRules:
         return [r for r, ev in found.items()
                 if ev.get("signal") == "collectives" and r in members and r not in named]
 
+    def _pipeline_victims(self, js: JobState, found: dict[int, dict]) -> list[int]:
+        """Ranks of a group the collectives newly judge slow as a whole (a TP group slower
+        between its calls than the other groups of its stage) of which a member shares a
+        pipeline comm with a rank an open incident names, slower than the group: the group
+        is that rank's next or previous stage in its pipeline, and its intervals hold its
+        waits for the activations or gradients of it (received on a stream of their own, its
+        compute stream waits for them between its TP calls). The ninth generator's sequence-
+        parallel job (TP 4 x PP 2 x DP 4, GPU-timed) with rank 13 of stage 0 1.5x: the next
+        stage's TP group of its replica, 28-31, 1.2x between its calls, was named P3 "~20 %
+        slower" six seconds after 13."""
+        named: dict[int, float] = {}
+        for inc in js.book.of_kind("slow_rank"):
+            for r in inc.culprit_ranks:
+                named[r] = max(float(inc.evidence.get("ratio", 1.0)), js.slow.ratio.get(r, 1.0))
+        if not named:
+            return []
+        pipes = [m for c, m in js.members.items() if js.comms.get(c, {}).get("p2p_only") and named.keys() & m]
+        out = []
+        for group in {ev["group"] for r, ev in found.items() if ev.get("signal") == "collectives" and ev.get("group")}:
+            ranks = [r for r, ev in found.items() if ev.get("group") == group and r not in named]
+            ratio = max((found[r].get("ratio", 1.0) for r in ranks), default=1.0)
+            if any(r in m and any(named.get(q, 0.0) > ratio for q in m if q != r) for r in ranks for m in pipes):
+                out.extend(ranks)
+        return out
+
     def _unfelt(self, js: JobState, found: dict[int, dict]) -> list[int]:
         """Ranks the collectives newly judge slow whose cost the job's own steps do not show:
         the iterations that ended since the onset (two at least) are within a third of the
@@ -337,7 +362,8 @@ class SlowRules:
         # theirs; a lone straggler in a phase where they see nothing (its collectives carry no
         # timing, or are too coarse: a gradient all-reduce the probe does not see) is the phases'
         phased = js.steps.evaluate(now_ns, js.coords, held) if periodic else js.steps.verdicts
-        for r in self._echoes(js, found, phased, now_ns) + self._unfelt(js, found) + self._link_victims(js, found):
+        for r in self._echoes(js, found, phased, now_ns) + self._unfelt(js, found) + self._link_victims(js, found) + \
+                self._pipeline_victims(js, found):
             found.pop(r, None)
         waited = self._waiting_in_phases(js, found, phased)
         for r, ev in phased.items():

@@ -68,6 +68,10 @@ FRESH_EVAL_NS = 100_000_000  # slow-rank evaluations between the periodic ones (
 # naming their ranks, raised to P0 0.2-0.8 s later)
 DATA_LATE_PERIODS = 1
 DATA_LOST_P2_NS = 30_000_000_000
+NODE_GAPS = 8  # a node's latest heartbeat intervals kept (`heard_node`) ...
+NODE_GAPS_MIN = 2  # ... its period learnt from this many (their lower median) ...
+NODE_PERIOD_SLACK = 1.5  # ... where their median is this much over the configured period ...
+NODE_PERIOD_MAX_S = 15.0  # ... up to this
 JOB_SILENT_NS = 60_000_000_000  # no message at all from a job this long (at most `state_idle_s`): it ended
 QUIET_JOB_PERIODS = 3  # no message at all from a job for this many heartbeat periods: its incidents are held
 PAUSE_STEPS = 5  # every rank idle this many of the job's iterations, nobody inside a call: a job-wide pause
@@ -92,6 +96,8 @@ class JobState:
     node_ranks: dict[str, set] = field(default_factory=dict)
     node_seen: dict[str, int] = field(default_factory=dict)
     node_joined_ns: int = 0  # when a node was last heard for the first time
+    node_gaps: dict[str, list[int]] = field(default_factory=dict)  # node -> its latest heartbeat intervals
+    node_period: dict[str, float] = field(default_factory=dict)  # node -> its agent's period, where longer (`heard_node`)
     waits: dict[str, dict] = field(default_factory=dict)
     comms: dict[str, dict] = field(default_factory=dict)
     heard: dict[str, int] = field(default_factory=dict)  # comm -> its newest comm/wait report's time (`as_of`)
@@ -166,7 +172,7 @@ class JobStage(HangRules, SlowRules, HwRules):
         elif t == "node":
             if rep["node"] not in js.node_seen:
                 js.node_joined_ns = now_ns
-            js.node_seen[rep["node"]] = max(js.node_seen.get(rep["node"], 0), rep["ts_ns"])
+            self.heard_node(js, rep["node"], rep["ts_ns"])
             ranks = js.node_ranks.setdefault(rep["node"], set())
             for r in rep["ranks"]:
                 js.node_of.setdefault(r, rep["node"])
@@ -277,19 +283,19 @@ class JobStage(HangRules, SlowRules, HwRules):
                 js.last_fresh_eval = now_ns
             self._slow(js, now_ns, out, periodic)
             self._hw(js, now_ns, out)
-        if now_ns - js.last_msg_ns < self._quiet_job_ns():
+        if now_ns - js.last_msg_ns < self._quiet_job_ns(js):
             out.extend(js.book.expire(now_ns))
         # else the job sends nothing (its agents, or the pipeline from them, went quiet): what
         # is open is not seen, nor is it gone; it stays open till data comes again, or the
         # job ends for want of it (`_ended`: resolved 'no_data', saying so)
         return out
 
-    def _quiet_job_ns(self) -> float:
+    def _quiet_job_ns(self, js: JobState) -> float:
         """No message at all from a job this long (a few heartbeats): it is quiet, and its open
         incidents do not clear for not being seen (generator B's hung FSDP job, its capture
         over while two other jobs ran on: its P0 resolved 'not seen for 10 s', as if the hang
         had ended by itself)."""
-        return QUIET_JOB_PERIODS * self.settings.heartbeat_period_s * 1e9
+        return QUIET_JOB_PERIODS * self.period_ns(js)
 
     @staticmethod
     def due_ns(js: JobState) -> int:
@@ -468,20 +474,56 @@ class JobStage(HangRules, SlowRules, HwRules):
         return out
 
     # ------------------------------------------------------------------------------
+    def heard_node(self, js: JobState, node: str, ts_ns: int) -> None:
+        """A heartbeat of `node` at `ts_ns`. The wire spec fixes each agent's period but not
+        its length (default 1 s): one whose heartbeats keep coming further apart than the
+        configured period runs with a longer one, learnt from its latest `NODE_GAPS`
+        intervals (their lower median, once `NODE_GAPS_MIN` are known; at most
+        `NODE_PERIOD_MAX_S`), and its silences are judged against it. The ninth generator's
+        agents heartbeating every 2-5 s: a node every 5 s was lost (P0 naming its ranks) at
+        each silence of 3.4-4.5 s, four P0s beside one hang, and its healthy twin had a data-late
+        notice every 25 s."""
+        last = js.node_seen.get(node, 0)
+        if ts_ns > last:
+            js.node_seen[node] = ts_ns
+            if last:
+                gaps = js.node_gaps.setdefault(node, [])
+                gaps.append(ts_ns - last)
+                del gaps[:-NODE_GAPS]
+                if len(gaps) >= NODE_GAPS_MIN:
+                    typical = min(float(sorted(gaps)[(len(gaps) - 1) // 2]), NODE_PERIOD_MAX_S * 1e9)
+                    if typical > self.settings.heartbeat_period_s * 1e9 * NODE_PERIOD_SLACK:
+                        js.node_period[node] = typical
+                    else:
+                        js.node_period.pop(node, None)
+
+    def period_ns(self, js: JobState, node: str | None = None) -> float:
+        """A node's heartbeat period (`heard_node`); without one, the longest of the job's."""
+        base = self.settings.heartbeat_period_s * 1e9
+        if not js.node_period:
+            return base
+        if node is None:
+            return max(base, max(js.node_period.values()))
+        return max(base, js.node_period.get(node, base))
+
+    def _node_limit(self, js: JobState, node: str | None = None) -> float:
+        """A node silent this long is lost (`node_lost_periods` of its period)."""
+        return self.settings.node_lost_periods * self.period_ns(js, node)
+
     def _node_lost(self, js: JobState, now_ns: int, out: list) -> set[str]:
-        limit = self.settings.node_lost_periods * self.settings.heartbeat_period_s * 1e9
         if not js.node_seen:
             return set()
         newest = max(js.node_seen.values())
         # a node heard for the first time may run its clock seconds ahead: the job's now jumps,
         # and the others seem that much more silent until their next heartbeat says how far
         # behind their clocks run (stage 1, `node_lag.py`): none is judged lost for a period more
-        joining = now_ns - js.node_joined_ns < limit + self.settings.heartbeat_period_s * 1e9
+        joining = now_ns - js.node_joined_ns < self._node_limit(js) + self.settings.heartbeat_period_s * 1e9
         lost = set()
         gone = self._exited(js) | self._left_all(js)
         ends = self.capture_ends.get(js.job, {})
-        period = self.settings.heartbeat_period_s * 1e9
         for node, seen in sorted(js.node_seen.items()):
+            period = self.period_ns(js, node)
+            limit = self.settings.node_lost_periods * period
             ranks = sorted(js.node_ranks.get(node, ()))
             if ranks and set(ranks) <= gone:
                 continue  # its processes ended, or left every comm: the agent has nothing left to report
@@ -527,10 +569,25 @@ class JobStage(HangRules, SlowRules, HwRules):
         return alive
 
     def _stale(self, js: JobState, now_ns: int) -> set[str]:
-        """Comms whose newest message is older than a few heartbeat periods: their input is
-        behind (or their nodes are silent), so what stage 1 says of them is not current."""
-        limit = self.settings.node_lost_periods * self.settings.heartbeat_period_s * 1e9
-        return {c for c, r in js.comms.items() if now_ns - r.get("seen_ns", now_ns) >= limit and not self._over(js, c)}
+        """Comms whose newest message is older than a few heartbeat periods (of the longest
+        of their members' nodes, `heard_node`): their input is behind (or their nodes are
+        silent), so what stage 1 says of them is not current."""
+        base = self.settings.node_lost_periods * self.settings.heartbeat_period_s * 1e9
+        stale = set()
+        for c, r in js.comms.items():
+            age = now_ns - r.get("seen_ns", now_ns)
+            if age < base or self._over(js, c) or (js.node_period and age < self._comm_limit(js, c)):
+                continue
+            stale.add(c)
+        return stale
+
+    def _comm_limit(self, js: JobState, comm: str) -> float:
+        """`_node_limit` of the slowest-heartbeating node among a comm's members' (the job's
+        longest where a member's node is not known)."""
+        nodes = {js.node_of.get(m) for m in js.members.get(comm, ())}
+        if not nodes or None in nodes:
+            return self._node_limit(js)
+        return max(self._node_limit(js, n) for n in nodes)
 
     @staticmethod
     def _over(js: JobState, comm: str) -> bool:
@@ -540,8 +597,7 @@ class JobStage(HangRules, SlowRules, HwRules):
 
     def _reporting(self, js: JobState, now_ns: int) -> set[str]:
         """Nodes whose heartbeats are current: what they say of their ranks is news."""
-        limit = self.settings.node_lost_periods * self.settings.heartbeat_period_s * 1e9
-        return {n for n, seen in js.node_seen.items() if now_ns - seen < limit}
+        return {n for n, seen in js.node_seen.items() if now_ns - seen < self._node_limit(js, n)}
 
     def as_of(self, js: JobState, now_ns: int) -> int:
         """Until when every comm of the job is known: its now, or the oldest newest report of

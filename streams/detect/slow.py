@@ -53,7 +53,8 @@ from commwatch.streams.detect.stalls import STALL_KEEP, StallRules
 FRESH_WINDOWS = 4.0  # a comm's window older than this many of its own intervals (and 5 s) is stale
 MIN_COMPUTE = 0.02
 IMBALANCE = 0.2  # a stage computing this much more than the others ...
-IMBALANCE_EVALS = 10  # ... in most of its first evaluations, and this many, is an advisory
+IMBALANCE_EVALS = 10  # ... in most of its first evaluations, and this many, is an advisory ...
+IMBALANCE_MIN_COMPUTE = 0.1  # ... where the other stages compute this share of their time at least (`advisories`)
 HORIZON_NS = 10_000_000_000  # compute shares (advisory) are summed over this much of the latest windows
 MIN_BUSY_MS = 1.0  # shorter compute intervals between a comm's calls are call overhead, not compute
 OUTLIER = 3.0  # a class of gaps this many times a rank's typical one spans an iteration's end
@@ -934,7 +935,15 @@ class SlowTracker(StallRules):
         return out
 
     def advisories(self, coords: dict[int, dict]) -> list[dict]:
-        """Stages that compute `IMBALANCE` more than the other stages, from the start on."""
+        """Stages that compute `IMBALANCE` more than the other stages, from the start on. Not
+        where the others' share outside calls is under `IMBALANCE_MIN_COMPUTE`: their calls'
+        times overlap (pipeline receives posted ahead on a stream of their own, as Megatron
+        overlaps them, run while the rank computes), and 1 minus the shares inside calls is
+        no compute figure. The ninth generator's healthy pipelines (1F1B, interleaved with
+        context parallelism, sequence parallel): every stage inside a call 90-100 % of the
+        time by those sums, compute figures of 0.02-0.11 (the floor, `MIN_COMPUTE`, or near
+        it) and ratios of 1.5-3.9 between them: a P3 "rebalance the stages" for a stage of each
+        job, none heavier. The job model's unbalanced stages: the others compute 0.33-0.63."""
         stages = self.stages(coords)
         med = {s: _median([self.compute[r] for r in rs if r in self.compute]) for s, rs in stages.items()}
         med = {s: v for s, v in med.items() if v > 0}
@@ -943,7 +952,7 @@ class SlowTracker(StallRules):
             return out
         for s, v in med.items():
             others = _median([w for t, w in med.items() if t != s])
-            ratio = v / others if others > 0 else 0.0
+            ratio = v / others if others >= IMBALANCE_MIN_COMPUTE else 0.0
             count = self.stage_evals.setdefault(s, [0, 0])
             count[1] += 1
             if ratio >= 1 + IMBALANCE:

@@ -61,6 +61,7 @@ class Analysis:
     oldest_since_ns: int = 0
     waiters_of: dict[int, int] = field(default_factory=dict)  # root rank -> ranks waiting on it directly
     not_started: set[int] = field(default_factory=set)  # roots that queued the call their peers wait in
+    own: dict[int, tuple[str, int, str]] = field(default_factory=dict)  # a deadlock's root -> the call it waits in
 
 
 def instances_of(waits: dict[str, dict]) -> list[Instance]:
@@ -149,14 +150,20 @@ def analyse(waits: dict[str, dict], now_ns: int, threshold_ns: float, terminal: 
         adj[node] = out_edges(node)
         stack.extend(e for e in adj[node] if e not in adj)
     sinks = _sink_components(adj)
-    indeg: dict[int, int] = {}
-    for node, outs in adj.items():
-        if not isinstance(node, int):
-            for m in outs:
-                indeg[m] = indeg.get(m, 0) + 1
     for comp in sinks:
         ranks = [n for n in comp if isinstance(n, int)]
         hard = [r for r in ranks if r in terminal or any(not isinstance(n, int) and lacks(n[1], r) for n in comp)]
+        held = {r: [n[1] for n in comp if not isinstance(n, int) and n[1] in oldest.get(r, ())] for r in ranks}
+        inside = {r: [sum(i in held[q] for q in ranks) for i in held[r]] for r in ranks}
+        if not hard and ranks and len(ranks) < len(comp) and all(
+                insts[i].t_in.get(r) is not None for r in ranks for i in waits_in.get(r, ()) if ("i", i) in comp):
+            # every member entered each instance, but each rank's own entry times say which of
+            # them it entered first, and the ranks disagree: a deadlock of call order, not the
+            # transport (the ninth generator's rank 10 under a host-enqueue probe enqueued its
+            # second data-parallel comm's all-reduce before its first's, its 7 peers the other
+            # way round: a comm_hang naming no rank). Named where a few broke the order
+            few = _cycle_ranks(ranks, inside)
+            hard = few if len(few) < len(ranks) else []
         if not hard and len(ranks) < len(comp):  # instances every member entered, holding each other
             idx = [n[1] for n in comp if not isinstance(n, int)]
             # the hung one first: the instance each of its members entered before its others
@@ -168,7 +175,11 @@ def analyse(waits: dict[str, dict], now_ns: int, threshold_ns: float, terminal: 
             continue
         if len(comp) > 1:
             res.deadlock = True
-            ranks = _cycle_ranks(hard, indeg)
+            ranks = _cycle_ranks(hard, inside)
+            for r in ranks:
+                if held.get(r):
+                    x = insts[held[r][0]]
+                    res.own[r] = (x.comm, x.seq, x.op)
         for r in ranks:
             where = next((insts[n[1]] for n, outs in adj.items() if not isinstance(n, int) and r in outs
                           and (lacks(n[1], r) or r in terminal)), None)
@@ -196,12 +207,22 @@ def analyse(waits: dict[str, dict], now_ns: int, threshold_ns: float, terminal: 
     return res
 
 
-def _cycle_ranks(hard: list[int], indeg: dict[int, int]) -> list[int]:
-    """The roots of a deadlock: every rank of the cycle that an instance of it lacks (each
-    waits for the other), however many others wait on each. The seventh generator's two
-    pipeline ranks each inside a send to the other (an ordering bug): only the one more
-    ranks waited on was named."""
-    return hard
+def _cycle_ranks(hard: list[int], inside: dict[int, list[int]]) -> list[int]:
+    """The roots of a deadlock: the ranks of the cycle that an instance of it lacks (each
+    waits for the other), however many others wait on each (the seventh generator's two
+    pipeline ranks each inside a send to the other, an ordering bug: only the one more ranks
+    waited on was named) - but where some wait in instances of the cycle that fewer of its
+    ranks wait in than the others', those: every member issues a comm's calls in one order,
+    and the few that wait in another call than all the rest broke it (`inside`: per rank, how
+    many of the cycle's ranks wait in each instance of it it waits in, its oldest). The ninth
+    generator's rank 21 called its second data-parallel comm's all-reduce before its first's
+    (its 7 peers the other way round): 21 alone inside one, the 7 inside the other, each
+    lacking the others; all 8 were named."""
+    size = {r: max(inside.get(r) or [0]) for r in hard}
+    fewest = min(size.values(), default=0)
+    if not fewest or fewest == max(size.values()):
+        return hard
+    return [r for r in hard if size[r] == fewest]
 
 
 def _sink_components(adj: dict) -> list[list]:

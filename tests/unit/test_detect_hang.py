@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from commwatch.messages import validate_incident
-from detect_jobs import MS, S, HandJob, steps
+from commwatch.streams.detect import job_stage
+from detect_jobs import MS, S, HandJob, replayed, steps
 
 TP, DP, PP = 0xA1, 0xB2, 0xC3
 NODES = {0: "n0", 1: "n0", 2: "n0", 3: "n0", 4: "n1", 5: "n1"}
@@ -145,6 +146,24 @@ def test_node_lost_after_three_silent_periods_and_resolves(settings):
     back = [i for i in j.incidents if i["kind"] == "node_lost"][-1]
     assert back["summary"].endswith("[resolved: its heartbeats came back]")
     assert back["evidence"]["resolved_reason"] == "cleared"
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_node_whose_agent_heartbeats_less_often_is_judged_by_its_own_period(settings, gen_i, monkeypatch, drill):
+    """The ninth generator's job (TP 4 x PP 2 x DP 4, GPU-timed) whose four node agents send
+    heartbeats every 2, 3, 5 and 4 s (the spec fixes each agent's period, 1 s by default),
+    rank 17 hung at 17 s: its hang was one P0, and the nodes heartbeating every 5 and 4 s were
+    lost (P0 naming their ranks) at each silence over 3 s, four P0s more. A node's period is
+    learnt from its heartbeats' intervals: only the hang. Drill: no period learnt
+    (`NODE_PERIOD_SLACK` infinite)."""
+    if drill:
+        monkeypatch.setattr(job_stage, "NODE_PERIOD_SLACK", float("inf"))
+    cap, truth = gen_i("cadence_hang")
+    assert truth[0]["culprits"] == [17]
+    pages = {(e["kind"], tuple(e["culprit_ranks"])) for e in replayed(settings, cap)
+             if e["status"] == "open" and e["severity"] in ("P0", "P1")}
+    lost = {("node_lost", tuple(range(16, 24))), ("node_lost", tuple(range(24, 32)))}
+    assert pages == ({("hang", (17,))} | lost if drill else {("hang", (17,))})
 
 
 def test_a_silent_node_whose_ranks_still_complete_collectives_is_not_paged(settings):
@@ -760,14 +779,13 @@ def test_a_p2p_deadlock_names_both_ranks_of_the_cycle(settings, gen_g, monkeypat
     """The seventh generator's pipeline ranks 35 and 36 each inside an unbatched send to the
     other (an ordering bug): each waits for the other's recv, a cycle; the one that more ranks
     waited on (35) was named alone. Now both, in one P0 (the wait graph alone, then the
-    capture). Drill: the cycle's most waited-on rank only."""
+    capture). Drill: one rank of the cycle only."""
     from commwatch.capture import read_sorted
     from commwatch.decode import decode_messages
     from commwatch.streams.detect import Detector, waits
 
     if drill:
-        monkeypatch.setattr(waits, "_cycle_ranks", lambda hard, indeg: [
-            r for r in hard if indeg.get(r, 0) == max(indeg.get(q, 0) for q in hard)])
+        monkeypatch.setattr(waits, "_cycle_ranks", lambda hard, inside: sorted(hard)[:1])
     p2p = {"instances": [
         {"seq": 7, "op": "Send", "since_ns": 0, "entered": [35], "missing": [36], "p2p": True},
         {"seq": 7, "op": "Send", "since_ns": 0, "entered": [36], "missing": [35], "p2p": True},
@@ -780,3 +798,37 @@ def test_a_p2p_deadlock_names_both_ranks_of_the_cycle(settings, gen_g, monkeypat
     p0 = [e for e in events if e["severity"] == "P0"]
     assert len({e["incident"] for e in p0}) == 1 and p0[0]["kind"] == "hang"
     assert (p0[-1]["culprit_ranks"] == [35, 36]) is not drill
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_deadlock_of_call_order_names_the_rank_that_broke_it(settings, gen_i, monkeypatch, drill):
+    """The ninth generator's job (TP 4 x DP 8, GPU-timed, two data-parallel comms of the same
+    8 members, both on the compute stream): at iteration 20 rank 21 calls the second's
+    all-reduce before the first's, its 7 peers the other way round. 21 sits in the one, the 7
+    in the other, each lacking the others: a cycle, and one P0 named all 8. The ranks waiting
+    in the cycle's instance fewer of its ranks wait in broke the order: 21 alone. A cycle of equals (two
+    pipeline ranks each inside a send to the other, the previous test) names both. Drill: every
+    rank of the cycle (`_cycle_ranks` returning all it is given)."""
+    from commwatch.streams.detect import waits
+
+    if drill:
+        monkeypatch.setattr(waits, "_cycle_ranks", lambda hard, inside: hard)
+    peers = [1, 5, 9, 13, 17, 25, 29]
+    w = {"dp": {"instances": [{"seq": 20, "op": "AllReduce", "since_ns": 0, "entered": peers, "missing": [21]}]},
+         "dp2": {"instances": [{"seq": 20, "op": "AllReduce", "since_ns": 0, "entered": [21], "missing": peers}]}}
+    g = waits.analyse(w, now_ns=10 ** 10, threshold_ns=5 * 10 ** 9, terminal=set())
+    assert g.deadlock and sorted(g.roots) == (sorted(peers + [21]) if drill else [21])
+    cap, truth = gen_i("order_deadlock")
+    assert truth[0]["culprits"] == [21]
+    p0 = [e for e in replayed(settings, cap) if e["severity"] == "P0"]
+    assert len({e["incident"] for e in p0}) == 1 and p0[0]["kind"] == "hang"
+    assert {r for e in p0 for r in e["culprit_ranks"]} == (set(peers + [21]) if drill else {21})
+    assert "call order differs" in p0[0]["summary"]
+    # under a host-enqueue probe (rank 10 enqueued the second comm's all-reduce first): every
+    # member entered both, none completes; each rank's own entry times tell its order, and the
+    # ranks disagree: one rank broke it (a comm_hang naming no rank before; the drill, too)
+    cap, truth = gen_i("order_deadlock_enq")
+    assert truth[0]["culprits"] == [10]
+    p0 = [(e["kind"], tuple(e["culprit_ranks"])) for e in replayed(settings, cap) if e["severity"] == "P0"]
+    assert set(p0) == ({("comm_hang", ())} if drill else {("hang", (10,))})
+
