@@ -953,19 +953,26 @@ def s4b(out, seed):
 
 
 # 5. collective order mismatch deadlock
-@scenario("order_deadlock")
-def s5(out, seed):
-    L = Layout(tp=4, dp=8)
-    culprit, it_bad = 21, 20
-
+def order_swap_cfg(culprit, it_bad, host_first):
+    """Two DP all-reduces per iteration (dpcp, then dp2); at `it_bad` the culprit issues them
+    the other way round (after a host hiccup when `host_first`)."""
     def pre_dp(r, it, prog, nm):
         a = ('C', 'comp', nm['dpcp'], ALLREDUCE, 2 * 10**9 // 4, -1, False)
         b = ('C', 'comp', nm['dp2'], ALLREDUCE, 4 * 10**6, -1, False)
         if r == culprit and it == it_bad:
-            prog.append(('H', 0.0)); prog.append(b); prog.append(a)
+            if host_first:
+                prog.append(('H', 0.0))
+            prog.append(b); prog.append(a)
         else:
             prog.append(a); prog.append(b)
-    cfg = mk_cfg(second_dp=True, pre_dp=pre_dp, layers=6, mb=4)
+    return mk_cfg(second_dp=True, pre_dp=pre_dp, layers=6, mb=4)
+
+
+@scenario("order_deadlock")
+def s5(out, seed):
+    L = Layout(tp=4, dp=8)
+    culprit, it_bad = 21, 20
+    cfg = order_swap_cfg(culprit, it_bad, host_first=True)
     # onset: the culprit's B call (measured after the run)
     eng, job, names, rng = run_job("order_deadlock", seed, L, cfg, 'gpu', 60.0, slow_fn(-1, 0, 1, seed=seed))
     it_s = iter_time(eng)
@@ -1110,15 +1117,7 @@ def s11(out, seed):
 def s12(out, seed):
     L = Layout(tp=4, dp=8)
     culprit, it_bad = 10, 18
-
-    def pre_dp(r, it, prog, nm):
-        a = ('C', 'comp', nm['dpcp'], ALLREDUCE, 2 * 10**9 // 4, -1, False)
-        b = ('C', 'comp', nm['dp2'], ALLREDUCE, 4 * 10**6, -1, False)
-        if r == culprit and it == it_bad:
-            prog.append(b); prog.append(a)
-        else:
-            prog.append(a); prog.append(b)
-    cfg = mk_cfg(second_dp=True, pre_dp=pre_dp, layers=6, mb=4)
+    cfg = order_swap_cfg(culprit, it_bad, host_first=False)
     eng, job, names, rng = run_job("order_deadlock_enq", seed, L, cfg, 'enq', 60.0, slow_fn(-1, 0, 1, seed=seed))
     it_s = iter_time(eng)
     cid_b = eng.comms[names[culprit]['dp2']]
