@@ -311,15 +311,16 @@ class SlowRules:
         parallel job (TP 4 x PP 2 x DP 4, GPU-timed) with rank 13 of stage 0 1.5x: the next
         stage's TP group of its replica, 28-31, 1.2x between its calls, was named P3 "~20 %
         slower" six seconds after 13."""
+        groups = {ev["group"] for ev in found.values() if ev.get("signal") == "collectives" and ev.get("group")}
         named: dict[int, float] = {}
-        for inc in js.book.of_kind("slow_rank"):
+        for inc in js.book.of_kind("slow_rank") if groups else ():
             for r in inc.culprit_ranks:
                 named[r] = max(float(inc.evidence.get("ratio", 1.0)), js.slow.ratio.get(r, 1.0))
         if not named:
             return []
         pipes = [m for c, m in js.members.items() if js.comms.get(c, {}).get("p2p_only") and named.keys() & m]
         out = []
-        for group in {ev["group"] for r, ev in found.items() if ev.get("signal") == "collectives" and ev.get("group")}:
+        for group in groups:
             ranks = [r for r, ev in found.items() if ev.get("group") == group and r not in named]
             ratio = max((found[r].get("ratio", 1.0) for r in ranks), default=1.0)
             if any(r in m and any(named.get(q, 0.0) > ratio for q in m if q != r) for r in ranks for m in pipes):

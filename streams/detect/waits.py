@@ -153,10 +153,16 @@ def analyse(waits: dict[str, dict], now_ns: int, threshold_ns: float, terminal: 
     for comp in sinks:
         ranks = [n for n in comp if isinstance(n, int)]
         hard = [r for r in ranks if r in terminal or any(not isinstance(n, int) and lacks(n[1], r) for n in comp)]
-        held = {r: [n[1] for n in comp if not isinstance(n, int) and n[1] in oldest.get(r, ())] for r in ranks}
-        inside = {r: [sum(i in held[q] for q in ranks) for i in held[r]] for r in ranks}
-        if not hard and ranks and len(ranks) < len(comp) and all(
-                insts[i].t_in.get(r) is not None for r in ranks for i in waits_in.get(r, ()) if ("i", i) in comp):
+        # a cycle: per rank, its oldest instances of it, and how many of its ranks wait in each
+        here = {n[1] for n in comp if not isinstance(n, int)} if len(comp) > 1 else set()
+        held = {r: [i for i in oldest.get(r, ()) if i in here] for r in ranks} if here else {}
+        count: dict[int, int] = {}
+        for r in held:
+            for i in held[r]:
+                count[i] = count.get(i, 0) + 1
+        inside = {r: [count[i] for i in held[r]] for r in held}
+        if not hard and ranks and here and all(
+                insts[i].t_in.get(r) is not None for r in ranks for i in waits_in.get(r, ()) if i in here):
             # every member entered each instance, but each rank's own entry times say which of
             # them it entered first, and the ranks disagree: a deadlock of call order, not the
             # transport (the ninth generator's rank 10 under a host-enqueue probe enqueued its
