@@ -161,3 +161,10 @@ def gen_i(tmp_path_factory):
     """A capture of the ninth independent generator (`tests/independent/sched`) and its truth
     (its default base seed 1)."""
     return _scenario_truth(tmp_path_factory, "sched", 1)
+
+
+@pytest.fixture(scope="session")
+def gen_j(tmp_path_factory):
+    """A capture of the tenth independent generator (`tests/independent/frontier`) and its
+    truth (its default base seed 1)."""
+    return _scenario_truth(tmp_path_factory, "frontier", 1)

@@ -30,6 +30,7 @@ NODE_JOIN_NS = 5_000_000_000  # a rank joins the incident of another rank of its
 NODE_SHARE = 0.5  # ranks of one node found within `NODE_JOIN_NS` are one fault when this share of its ranks or more (`_slow_units`)
 UNFELT_SHARE = 3.0  # a rank newly found slow whose job lost under its impact / this since its onset, ...
 UNFELT_LOSS = 0.05  # ... and under this, is not named (`_unfelt`)
+BASELINE_SLACK_STEPS = 2  # slow in every window from this many steps after the baseline settled, and as long past it: in it (`_in_baseline`)
 ECHO_CLAIM_SHARE = 0.5  # phases under this share of the excess the collectives claim: an echo (`_echoes`)
 ECHO_SHOWN = True  # a rank standing out in the latest iteration's phases is a culprit to echo (`_echoes`)
 JOB_SLOWDOWN = 0.2  # step time this much above the job's baseline with no culprit ...
@@ -239,8 +240,23 @@ class SlowRules:
             return set()
         return {r for r in phased if r not in found and js.slow.waits_for(r, slow - {r})}
 
-    @staticmethod
-    def _felt(js: JobState, ev: dict, open_) -> float:
+    def _in_baseline(self, js: JobState, rank: int, now_ns: int) -> bool:
+        """Whether the job's baseline step was taken while `rank` was already slow, so that
+        its cost is in it: every window the collectives judged it in was slow, the first
+        begun within `BASELINE_SLACK_STEPS` of the baseline settling, and it has lasted as
+        many steps past it (a rank slow in its first windows by chance is normal again by
+        then; before the baseline settles, a provisional one judges). The tenth generator's
+        zero-bubble pipeline (TP 2 x PP 4 x DP 2, hook with steps) with rank 5 1.5x from the
+        start: found 1.47x from 3.2 s on, the job's steps never over their baseline, it was
+        never named ("unfelt"); its FSDP2 job's rank 13, 2.2x from the start, stayed P3."""
+        settled = js.steps.settled_ns
+        m = js.slow.models.get(rank)
+        if settled is None or m is None:
+            return False
+        slack = int(BASELINE_SLACK_STEPS * self.median_step_ns(js))
+        return settled + slack <= now_ns - slack and m.slow_throughout(settled + slack)
+
+    def _felt(self, js: JobState, ev: dict, open_, ranks: list[int], now_ns: int) -> float:
         """The share of the job's time a slow rank costs, as its severity and summary give it:
         what the collectives claim, but no more than `UNFELT_SHARE` x what the job's own
         iterations lost since it was found (its incident opened), where the job reports them
@@ -252,7 +268,8 @@ class SlowRules:
         impact = ev["impact"]
         steps = js.steps
         since = open_.opened_ns if open_ is not None else ev.get("onset_ns", 0)
-        if ev.get("signal") == "phases" or steps.settled_ns is None or since < steps.settled_ns:
+        if ev.get("signal") == "phases" or steps.settled_ns is None or since < steps.settled_ns or (
+                len(ranks) == 1 and self._in_baseline(js, ranks[0], now_ns)):
             return impact
         loss = steps.loss_since(since)
         return impact if loss is None else min(impact, max(0.0, loss) * UNFELT_SHARE)
@@ -327,7 +344,7 @@ class SlowRules:
                 out.extend(ranks)
         return out
 
-    def _unfelt(self, js: JobState, found: dict[int, dict]) -> list[int]:
+    def _unfelt(self, js: JobState, found: dict[int, dict], now_ns: int) -> list[int]:
         """Ranks the collectives newly judge slow whose cost the job's own steps do not show:
         the iterations that ended since the onset (two at least) are within a third of the
         claimed impact of the job's baseline, and within `UNFELT_LOSS` (the claim is rough:
@@ -341,6 +358,8 @@ class SlowRules:
         out = []
         for r, ev in found.items():
             if ev.get("signal") != "collectives" or r in named or ev.get("impact", 0.0) <= 0:
+                continue
+            if self._in_baseline(js, r, now_ns):
                 continue
             loss = js.steps.loss_since(ev.get("onset_ns", 0))
             if loss is not None and loss < min(ev["impact"] / UNFELT_SHARE, UNFELT_LOSS):
@@ -363,7 +382,7 @@ class SlowRules:
         # theirs; a lone straggler in a phase where they see nothing (its collectives carry no
         # timing, or are too coarse: a gradient all-reduce the probe does not see) is the phases'
         phased = js.steps.evaluate(now_ns, js.coords, held) if periodic else js.steps.verdicts
-        for r in self._echoes(js, found, phased, now_ns) + self._unfelt(js, found) + self._link_victims(js, found) + \
+        for r in self._echoes(js, found, phased, now_ns) + self._unfelt(js, found, now_ns) + self._link_victims(js, found) + \
                 self._pipeline_victims(js, found):
             found.pop(r, None)
         waited = self._waiting_in_phases(js, found, phased)
@@ -388,7 +407,7 @@ class SlowRules:
         self._unjudged(js, {key for key, _, _ in units}, now_ns)
         for key, ranks, ev in units:
             open_ = js.book.open.get(key)
-            impact = self._felt(js, ev, open_)
+            impact = self._felt(js, ev, open_, ranks, now_ns)
             if impact < ev["impact"]:
                 ev = {**ev, "impact": round(impact, 4), "impact_claimed": ev["impact"]}
             # how long it lasts counts as much as what it costs: a slowdown that clears within

@@ -64,6 +64,8 @@ class RankModel:
         self.onset = 0
         self.ph = None
         self.seen = 0
+        self.first_ns = 0  # when its first window began
+        self.normal = False  # whether a window of it was judged not slow (`slow_throughout`)
         self.due = 0
         self.lasting_since = 0  # hot over the horizon since, no new window under half the threshold (0: not)
         self.lasting_n = 0
@@ -111,6 +113,7 @@ class RankModel:
         drift = False
         if new:
             self.seen += 1
+            self.first_ns = self.first_ns or start or stamp or now_ns
             drift = self._drift(short)
         thr = self.threshold()
         unknown = noise is None
@@ -131,12 +134,14 @@ class RankModel:
             if ratio >= 1.0 + self.impact / 2 or short >= thr:
                 return self.hot_since or stamp or now_ns
             self.hot_since = self.streak = self.fast = self.blind = 0
+            self.normal = True
             return None
         lasting = self._lasting(ratio >= thr_long and not (new and short < 1.0 + (thr_short - 1.0) / 2),
                                 new, start or stamp or now_ns, now_ns)
         if ratio < thr_long or (new and short < thr_short):
             if new or ratio < thr_long:
                 self.hot_since = self.streak = self.fast = self.blind = 0
+                self.normal = True
             return lasting
         if not self.hot_since:
             self.hot_since = start or stamp or now_ns
@@ -160,6 +165,10 @@ class RankModel:
         if sustained or self.fast - (self.blind if noisy else 0) >= fast_need or drifted or (new and alone and (steady and self.fast >= 1 or conclusive)):
             return self.hot_since
         return lasting
+
+    def slow_throughout(self, until_ns: int) -> bool:
+        """Whether every window judged was slow, the first begun by `until_ns`."""
+        return not self.normal and 0 < self.first_ns <= until_ns
 
     def _lasting(self, hot: bool, new: bool, since: int, now_ns: int) -> int | None:
         """A slowdown near the threshold that lasts: the ratio over the horizon held it for

@@ -9,6 +9,8 @@ import pytest
 
 from commwatch.streams.detect.job_slow import UNFELT_SHARE
 from commwatch.streams.detect.job_stage import JobStage
+from commwatch.streams.detect.rank_model import RankModel
+from detect_jobs import replayed
 from commwatch.streams.detect.steps import StepTracker
 
 S = 1_000_000_000
@@ -29,10 +31,21 @@ def _steps(durations: list[float]) -> StepTracker:
     return st
 
 
-def _felt(durations, opened_s, signal="collectives", claim=0.92):
-    js = SimpleNamespace(steps=_steps(durations))
+def _felt(durations, opened_s, signal="collectives", claim=0.92, model=None, now_s=None):
+    js = SimpleNamespace(steps=_steps(durations), slow=SimpleNamespace(models={} if model is None else {0: model}))
     open_ = SimpleNamespace(opened_ns=int(opened_s * S))
-    return JobStage._felt(js, {"impact": claim, "signal": signal, "onset_ns": int(opened_s * S)}, open_)
+    now = int((sum(durations) if now_s is None else now_s) * S)
+    ev = {"impact": claim, "signal": signal, "onset_ns": int(opened_s * S)}
+    return JobStage.__new__(JobStage)._felt(js, ev, open_, [0], now)
+
+
+def _model(ratios: list[float], start_s: float) -> RankModel:
+    """A rank's model fed one window a second from `start_s` (its end), each at the ratio given."""
+    m = RankModel("numpy", 0.1, 2)
+    for i, x in enumerate(ratios):
+        t = int((start_s + i) * S)
+        m.update(x, t, t, start=t - S)
+    return m
 
 
 def test_a_claim_the_jobs_iterations_do_not_show_is_cut_to_what_they_lost():
@@ -55,3 +68,32 @@ def test_the_claim_stands_where_the_steps_cannot_judge_it(case):
         assert _felt([1.2] * 16, opened_s=12.5, signal="phases") == 0.92
     else:  # found before the baseline was taken: a rank slow from the start is in it
         assert _felt([1.2] * 16, opened_s=1.0) == 0.92
+
+
+def test_a_rank_slow_in_every_window_since_the_baseline_was_taken_keeps_its_claim_once_it_lasts_past_it():
+    # the tenth generator's FSDP2 job (hook with steps) with rank 13 2.2x from the start: its
+    # first windows came as the baseline settled (3.6 s), its onset dated 4.25 s; the job's
+    # steps never rose over a baseline that held it, and its incident stayed P3 "unfelt"
+    durations = [1.2] * 16  # the baseline settles at the fifth iteration's end, 6 s; slack 2 steps
+    assert _felt(durations, opened_s=9.0, model=_model([1.5] * 12, start_s=7.0)) == 0.92
+    # slow from its first window, but that came long after the baseline: the steps judge it
+    assert _felt(durations, opened_s=16.0, model=_model([1.5] * 4, start_s=15.0)) == 0.0
+    # judged normal once, then slow: the baseline was taken without it
+    assert _felt(durations, opened_s=9.0, model=_model([1.0, 1.0] + [1.5] * 10, start_s=7.0)) == 0.0
+    # slow throughout, but not yet lasted past the baseline (slow in its first windows by chance?)
+    assert _felt(durations, opened_s=9.0, model=_model([1.5] * 3, start_s=7.0), now_s=9.5) == 0.0
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_rank_slow_from_the_start_of_a_job_that_reports_steps_is_named_and_rises_to_p2(settings, gen_j, monkeypatch,
+                                                                                       drill):
+    """The tenth generator's zero-bubble pipeline (TP 2 x PP 4 x DP 2, hook GPU-timed, with
+    steps), rank 5 1.5x from the start: the collectives found it 1.47x from its first windows,
+    the job's steps never rose over their baseline (taken with it slow) and it was never
+    named, "unfelt". Now P3, then P2 once it lasts. Drill: no rank slow throughout."""
+    if drill:
+        monkeypatch.setattr(RankModel, "slow_throughout", lambda self, until_ns: False)
+    cap, truth = gen_j("zb_slow")
+    assert truth["culprit_ranks"] == [5]
+    named = {(e["severity"], tuple(e["culprit_ranks"])) for e in replayed(settings, cap) if e["kind"] == "slow_rank"}
+    assert named == (set() if drill else {("P3", (5,)), ("P2", (5,))})
