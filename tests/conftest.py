@@ -168,3 +168,10 @@ def gen_j(tmp_path_factory):
     """A capture of the tenth independent generator (`tests/independent/frontier`) and its
     truth (its default base seed 1)."""
     return _scenario_truth(tmp_path_factory, "frontier", 1)
+
+
+@pytest.fixture(scope="session")
+def gen_k(tmp_path_factory):
+    """A capture of the eleventh independent generator (`tests/independent/origin`) and its
+    truth (its default base seed 1)."""
+    return _scenario_truth(tmp_path_factory, "origin", 1)

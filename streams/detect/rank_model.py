@@ -65,7 +65,7 @@ class RankModel:
         self.ph = None
         self.seen = 0
         self.first_ns = 0  # when its first window began
-        self.normal = False  # whether a window of it was judged not slow (`slow_throughout`)
+        self.normal = 0  # windows of it judged not slow (`slow_throughout`)
         self.due = 0
         self.lasting_since = 0  # hot over the horizon since, no new window under half the threshold (0: not)
         self.lasting_n = 0
@@ -134,14 +134,14 @@ class RankModel:
             if ratio >= 1.0 + self.impact / 2 or short >= thr:
                 return self.hot_since or stamp or now_ns
             self.hot_since = self.streak = self.fast = self.blind = 0
-            self.normal = True
+            self.normal += 1
             return None
         lasting = self._lasting(ratio >= thr_long and not (new and short < 1.0 + (thr_short - 1.0) / 2),
                                 new, start or stamp or now_ns, now_ns)
         if ratio < thr_long or (new and short < thr_short):
             if new or ratio < thr_long:
                 self.hot_since = self.streak = self.fast = self.blind = 0
-                self.normal = True
+                self.normal += 1
             return lasting
         if not self.hot_since:
             self.hot_since = start or stamp or now_ns
@@ -167,8 +167,9 @@ class RankModel:
         return lasting
 
     def slow_throughout(self, until_ns: int) -> bool:
-        """Whether every window judged was slow, the first begun by `until_ns`."""
-        return not self.normal and 0 < self.first_ns <= until_ns
+        """Whether every window judged was slow but one at most (the first may hold a job's
+        warm-up, all its ranks alike), the first begun by `until_ns`."""
+        return self.normal <= 1 and 0 < self.first_ns <= until_ns
 
     def _lasting(self, hot: bool, new: bool, since: int, now_ns: int) -> int | None:
         """A slowdown near the threshold that lasts: the ratio over the horizon held it for
