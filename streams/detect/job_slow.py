@@ -240,21 +240,30 @@ class SlowRules:
             return set()
         return {r for r in phased if r not in found and js.slow.waits_for(r, slow - {r})}
 
-    def _in_baseline(self, js: JobState, rank: int, now_ns: int) -> bool:
+    def _in_baseline(self, js: JobState, rank: int, ev: dict, now_ns: int) -> bool:
         """Whether the job's baseline step was taken while `rank` was already slow, so that
         its cost is in it: every window the collectives judged it in was slow, the first
         begun within `BASELINE_SLACK_STEPS` of the baseline settling, and it has lasted as
         many steps past it (a rank slow in its first windows by chance is normal again by
-        then; before the baseline settles, a provisional one judges). The tenth generator's
+        then; before the baseline settles, a provisional one judges). A member of a group
+        found slow as a whole: the group seemed slower from then (`SlowTracker.group_since`;
+        its windows within the group find it like its peers). The tenth generator's
         zero-bubble pipeline (TP 2 x PP 4 x DP 2, hook with steps) with rank 5 1.5x from the
         start: found 1.47x from 3.2 s on, the job's steps never over their baseline, it was
-        never named ("unfelt"); its FSDP2 job's rank 13, 2.2x from the start, stayed P3."""
+        never named ("unfelt"); its FSDP2 job's rank 13, 2.2x from the start, stayed P3; the
+        eleventh's node 1.25x from the start (TP 8 x DP 4), its TP group found slower than its
+        siblings from 7.0 s, the baseline settling at 7.1 s, was never named."""
         settled = js.steps.settled_ns
         m = js.slow.models.get(rank)
         if settled is None or m is None:
             return False
         slack = int(BASELINE_SLACK_STEPS * self.median_step_ns(js))
-        return settled + slack <= now_ns - slack and m.slow_throughout(settled + slack)
+        if settled + slack > now_ns - slack:
+            return False
+        if ev.get("group"):  # its windows within its group found it like its peers: the group's own figure
+            since = js.slow.group_since.get(ev["group"])
+            return since is not None and since <= settled + slack
+        return m.slow_throughout(settled + slack)
 
     def _felt(self, js: JobState, ev: dict, open_, ranks: list[int], now_ns: int) -> float:
         """The share of the job's time a slow rank costs, as its severity and summary give it:
@@ -269,7 +278,7 @@ class SlowRules:
         steps = js.steps
         since = open_.opened_ns if open_ is not None else ev.get("onset_ns", 0)
         if ev.get("signal") == "phases" or steps.settled_ns is None or since < steps.settled_ns or (
-                len(ranks) == 1 and self._in_baseline(js, ranks[0], now_ns)):
+                (len(ranks) == 1 or ev.get("group")) and self._in_baseline(js, ranks[0], ev, now_ns)):
             return impact
         loss = steps.loss_since(since)
         return impact if loss is None else min(impact, max(0.0, loss) * UNFELT_SHARE)
@@ -359,7 +368,7 @@ class SlowRules:
         for r, ev in found.items():
             if ev.get("signal") != "collectives" or r in named or ev.get("impact", 0.0) <= 0:
                 continue
-            if self._in_baseline(js, r, now_ns):
+            if self._in_baseline(js, r, ev, now_ns):
                 continue
             loss = js.steps.loss_since(ev.get("onset_ns", 0))
             if loss is not None and loss < min(ev["impact"] / UNFELT_SHARE, UNFELT_LOSS):

@@ -130,6 +130,7 @@ class SlowTracker(StallRules):
         # how many of its windows in a row gave the rank no figure): `evaluate`
         self.slow_groups: dict[str, tuple | str] = {}  # comm -> (since when its members seem slower together,
         # corroborated since), or FOUND: judged as a group (`_slow_groups`)
+        self.group_since: dict[str, int] = {}  # comm judged as a group -> since when it seemed slower
         self.model_kind = model
         self.ratio: dict[int, float] = {}
         self.compute: dict[int, float] = {}
@@ -263,6 +264,7 @@ class SlowTracker(StallRules):
     def forget_comm(self, comm: str) -> None:
         self.in_use_since.pop(comm, None)
         self.slow_groups.pop(comm, None)
+        self.group_since.pop(comm, None)
         ct = self.comms.pop(comm, None)
         for r in ct.ranks if ct else ():
             self.low_busy.pop((r, comm), None)
@@ -894,6 +896,7 @@ class SlowTracker(StallRules):
                 ref = _median([whole[o] for o in group if o != c])
                 if ref <= 0 or whole[c] < half * ref or max(res[r][0] for r in ct.ranks) >= half:
                     self.slow_groups.pop(c, None)
+                    self.group_since.pop(c, None)
                     continue
                 peers = [v for o, v in latest.items() if o != c and v > 0]
                 now = (latest[c] / _median(peers),) if peers and latest[c] > 0 else None
@@ -915,7 +918,7 @@ class SlowTracker(StallRules):
                     self.slow_groups[c] = (since, seen)
                     if not seen or now_ns - since < GROUP_HOLD_NS:
                         continue
-                    self.slow_groups[c] = FOUND
+                    self.slow_groups[c], self.group_since[c] = FOUND, since
                 for r in ct.ranks:
                     out[r] = (c, (whole[c] / ref, whole[c], ref, res[r][3]), now)
         return out

@@ -114,3 +114,22 @@ def test_a_rank_slow_from_the_start_whose_first_window_held_the_warm_up_is_named
     named = {(e["kind"], e["severity"], tuple(e["culprit_ranks"])) for e in replayed(settings, cap)}
     hang = {("hang", "P0", (23,))}
     assert named == (hang if drill else hang | {("slow_rank", "P3", (30,)), ("slow_rank", "P2", (30,))})
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_node_slow_from_the_start_is_named_as_one_group(settings, gen_k, monkeypatch, drill):
+    """The eleventh generator's TP 8 x DP 4 job (GPU-timed, steps), node-01's eight ranks (one
+    TP group) 1.25x from the start: its group was found slower than its siblings from 7.0 s,
+    as the baseline settled (7.1 s), and judged as one from 10 s; its members' windows within
+    the group had found them 1.0x, like each other: "unfelt", never named. Now one incident
+    naming the eight, P3 then P2. Drill: the group's figure not consulted (`group_since`
+    never kept)."""
+    from commwatch.streams.detect.slow import SlowTracker
+
+    if drill:
+        monkeypatch.setattr(SlowTracker, "group_since", property(lambda self: {}, lambda self, v: None), raising=False)
+    cap, truth = gen_k("slownode_tp8")
+    assert truth["faults"][0]["ranks"] == list(range(8, 16))
+    named = {(e["kind"], e["severity"], tuple(e["culprit_ranks"])) for e in replayed(settings, cap)}
+    node = tuple(range(8, 16))
+    assert named == (set() if drill else {("slow_rank", "P3", node), ("slow_rank", "P2", node)})
