@@ -53,6 +53,7 @@ class JobConfig:
     gc_pauses_per_s: float = 0.0
     checkpoint_every: int = 0
     checkpoint_s: tuple[float, float] = (20.0, 60.0)
+    checkpoint_ranks: tuple[int, ...] = ()  # who writes a checkpoint (default every rank); the others go on to wait
     clock_offset_ms: tuple[float, float] = (20.0, 50.0)
     clock_drift_ppm: float = 20.0
     job_clock_offset_s: float = 0.0
@@ -176,7 +177,8 @@ def _plans(cfg: JobConfig, layout: Layout, rng: np.random.Generator) -> list[Ran
         n_gc = rng.poisson(cfg.gc_pauses_per_s * cfg.duration_s)
         plan.pauses = [(float(a), float(d)) for a, d in zip(rng.uniform(0, cfg.duration_s, n_gc),
                                                               rng.uniform(*GC_PAUSE_S, n_gc))]
-        plan.checkpoints = {it: d + float(rng.uniform(0.0, 1.0)) for it, d in ckpt_shared.items()}
+        plan.checkpoints = {it: d + float(rng.uniform(0.0, 1.0)) for it, d in ckpt_shared.items()
+                            if not cfg.checkpoint_ranks or rank in cfg.checkpoint_ranks}
         for f in cfg.faults:
             if isinstance(f, F.SlowNode) and layout.node_of(rank) == f.node:
                 plan.slow.append((f.at_s, f.factor))

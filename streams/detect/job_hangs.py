@@ -18,6 +18,11 @@ if TYPE_CHECKING:
     from commwatch.streams.detect.job_stage import JobState
 
 
+HOLD_FACTOR = 2.0  # a known hold is a hang once it lasts twice the longest of it seen
+HOLD_KEEP = 4  # lengths remembered per hold
+HOLD_KEYS = 8  # holds remembered per job
+
+
 class HangRules:
     """The hang, comm_hang and job_stalled rules of `JobStage` (its `as_of`, `silent_since`,
     `_stuck`, `_stale` and thresholds are the stage's own)."""
@@ -30,7 +35,11 @@ class HangRules:
                 # nobody waits any more and its roots progress again: over (a rank-0-only
                 # checkpoint longer than the threshold, a stall that ended), not after the quiet
                 # period, while the job has been running for that long already
+                if held.evidence.get("op"):
+                    self._held_once(js, (tuple(held.culprit_ranks), held.comm, held.evidence["op"]),
+                                    now_ns - held.evidence.get("onset_ns", held.opened_ns))
                 out.extend(js.book.resolve(("hang",), now_ns, "its root ranks progress again"))
+            self._hold_over(js)
             return
         at = self.as_of(js, now_ns)  # what every comm's reports tell: waits and silences are judged then
         reporting = self._reporting(js, at)
@@ -98,6 +107,12 @@ class HangRules:
         else:
             js.hang_waiters = set(an.waiting)
         roots, comm_roots = self._torn_down(js, at, roots, an.comm_roots)
+        if roots and self._known_hold(js, roots, waited):
+            roots = []
+        elif roots:
+            js.holding = None  # not a known hold, or past it: a hang, not a hold that ended
+        else:
+            self._hold_over(js)
         if roots:
             self._assert_hang(js, now_ns, at, an, roots, waited, root_thr, out)
         elif ("hang",) in js.book.open and any(r in js.members.get(c, ()) for c in stale
@@ -128,6 +143,46 @@ class HangRules:
                           "comms": [i.comm for i in comm_roots][:16], "threshold_s": round(thr / 1e9, 2),
                           "onset_ns": int(x.since_ns)},
                 id_hint=f"{x.comm}-{x.seq}"))
+
+    @staticmethod
+    def _hold_key(roots: list) -> tuple | None:
+        """What a hold is known by: its root ranks, all silent, and the call they never entered
+        (its comm and op; not its seq, which moves on between two of them)."""
+        if any(x[1] != "silent" for x in roots):
+            return None
+        first = next((x for x in roots if x[4]), None)
+        return None if first is None else (tuple(sorted(x[0] for x in roots)), first[2], first[4])
+
+    def _known_hold(self, js: JobState, roots: list, waited: int) -> bool:
+        """Whether the roots hold the job as they did before, in a hold that ended by itself
+        (`JobState.holds`), and not yet for twice its longest: a routine that recurs, not a
+        hang. Rank 0 writing a checkpoint alone every 10 minutes for 30-45 s while every other
+        rank waits in a barrier (a generator written apart from the detector, 31 minutes of a
+        16-rank job): each of its three checkpoints paged a P0 naming rank 0. The first one
+        still does (a rank that never came back looks the same); one that lasts past twice the
+        longest seen is a hang, named then."""
+        key = self._hold_key(roots)
+        seen = js.holds.get(key) if key else None
+        if not seen or waited >= HOLD_FACTOR * max(seen):
+            return False
+        js.holding = (key, waited)
+        return True
+
+    @staticmethod
+    def _held_once(js: JobState, key: tuple, length: float) -> None:
+        """A hold that ended by itself, `length` ns long: remembered, its latest few lengths."""
+        seen = js.holds.pop(key, [])
+        js.holds[key] = (seen + [float(length)])[-HOLD_KEEP:]
+        while len(js.holds) > HOLD_KEYS:
+            js.holds.pop(next(iter(js.holds)))
+
+    def _hold_over(self, js: JobState) -> None:
+        """A known hold no longer holds the job (its roots progress or nobody waits on them):
+        it ended by itself, and its length is remembered."""
+        if js.holding is not None:
+            key, length = js.holding
+            js.holding = None
+            self._held_once(js, key, length)
 
     @staticmethod
     def _inside_unjudged(js: JobState, current: dict, stale: set[str]) -> set[int]:

@@ -121,6 +121,8 @@ class JobState:
     idle_since: int = 0  # a job-wide pause going on (`_pauses`): the job's last progress before it
     pause: tuple[float, dict[str, int]] | None = None  # the latest pause: its length (0 while it lasts), each
     # comm's gap p99 before it
+    holds: dict[tuple, list[float]] = field(default_factory=dict)  # a hold that ended by itself -> its lengths (`HangRules`)
+    holding: tuple | None = None  # a known hold going on: (its key, how long it has lasted)
 
 
 class JobStage(HangRules, SlowRules, HwRules):

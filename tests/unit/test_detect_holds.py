@@ -1,0 +1,67 @@
+"""A hold that recurs is a routine, not a hang: rank 0 writing a checkpoint alone at every
+twelfth iteration while every other rank waits for it inside a collective (job model runs fed in
+event-time order through the detector, as `commwatch bench detect` feeds them).
+
+- The first such hold pages a P0 naming rank 0 (a rank that never came back looks the same)
+  and resolves once rank 0 progresses; the next ones, the same roots never entering the same
+  comm's call, page nothing while they last under twice the longest seen.
+- A hold that does not end (rank 0 hangs at its third checkpoint) is named, one P0 naming
+  rank 0, once it has lasted twice the longest hold seen.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from commwatch.producers import jobmodel as jm
+from commwatch.streams import bench_scenarios as bs
+from commwatch.streams.bench_detect import feed
+from commwatch.streams.detect import job_hangs
+
+S = 1_000_000_000
+BASE = dict(job="ck", tp=2, pp=2, dp=4, gpus_per_node=4, duration_s=100.0, seed=4, checkpoint_every=12,
+            checkpoint_s=(16.0, 20.0), checkpoint_ranks=(0,))
+
+
+def _hangs(settings, **kw) -> tuple[list[dict], jm.JobRun]:
+    run = jm.run_job(jm.JobConfig(**{**BASE, **kw}))
+    events, refused = feed(bs._built([run], [""], 0.0), settings)
+    assert refused == 0
+    return [e for e in events if e["kind"] in ("hang", "comm_hang") and e["status"] == "open"], run
+
+
+def _checkpoints(run: jm.JobRun) -> list[tuple[float, float]]:
+    """When rank 0's host began each checkpoint it wrote, and how long it took (seconds)."""
+    marks, plan = run.engine.ranks[0].marks, run.engine.ranks[0].plan
+    return [(marks[it], plan.checkpoints[it]) for it in sorted(plan.checkpoints) if it < len(marks)]
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_checkpoint_rank_0_writes_alone_pages_once_not_at_every_checkpoint(settings, monkeypatch, drill):
+    if drill:  # every hold judged as the first: one P0 per checkpoint
+        monkeypatch.setattr(job_hangs.HangRules, "_known_hold", lambda self, js, roots, waited: False)
+    opened, run = _hangs(settings)
+    ckpts = _checkpoints(run)
+    assert len(ckpts) >= 3 and all(d >= 16.0 for _, d in ckpts)  # each longer than the threshold
+    assert {tuple(e["culprit_ranks"]) for e in opened} == {(0,)}
+    assert (len(opened) >= 2) if drill else (len(opened) == 1), [e["summary"] for e in opened]
+    assert opened[0]["culprit_ranks"] == [0]
+    assert (opened[0]["opened_ns"] - run.config.start_ns) / S < ckpts[0][0] + ckpts[0][1]  # in the first
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_rank_0_that_never_returns_from_its_third_checkpoint_is_named_once(settings, monkeypatch, drill):
+    if drill:  # a known hold never turns into a hang
+        monkeypatch.setattr(job_hangs, "HOLD_FACTOR", 1e9)
+    _, healthy = _hangs(settings)
+    ckpts = _checkpoints(healthy)
+    at = ckpts[2][0] + 1.0  # inside the third checkpoint: rank 0 never comes back
+    opened, _ = _hangs(settings, duration_s=140.0, faults=(jm.HostHang(0, at),))
+    if drill:
+        assert len(opened) == 1  # the first checkpoint's, and the hang never named
+        return
+    assert [e["culprit_ranks"] for e in opened] == [[0], [0]], [e["summary"] for e in opened]
+    late = (opened[1]["opened_ns"] - healthy.config.start_ns) / S - ckpts[2][0]
+    longest = max(d for _, d in ckpts[:2])
+    # named once it lasted twice the longest hold seen (a hold is timed from the first wait)
+    assert 2 * longest - 3.0 <= late <= 2 * longest + 6.0, (late, longest)
