@@ -175,3 +175,10 @@ def gen_k(tmp_path_factory):
     """A capture of the eleventh independent generator (`tests/independent/origin`) and its
     truth (its default base seed 1)."""
     return _scenario_truth(tmp_path_factory, "origin", 1)
+
+
+@pytest.fixture(scope="session")
+def gen_l(tmp_path_factory):
+    """A capture of the twelfth independent generator (`tests/independent/longrun`) and its
+    truth (its default base seed 1)."""
+    return _scenario_truth(tmp_path_factory, "longrun", 1)

@@ -13,7 +13,7 @@ import statistics
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from commwatch.streams.detect.steps import LOCAL_LOSS, tp_group
+from commwatch.streams.detect.steps import KEEP_ITERATIONS, LOCAL_LOSS, tp_group
 
 if TYPE_CHECKING:
     from commwatch.streams.detect.job_stage import JobState
@@ -225,7 +225,7 @@ class SlowRules:
         group = js.slow.comms.get(ev.get("slow_itself") or "")
         return group is not None and bool(culprits.intersection(group.ranks))
 
-    def _waiting_in_phases(self, js: JobState, found: dict[int, dict], phased: dict[int, dict]) -> set[int]:
+    def _waiting_in_phases(self, js: JobState, found: dict[int, dict], phased: dict[int, dict], now_ns: int) -> set[int]:
         """Ranks the phases alone name that compute clearly faster, between the calls of a
         collective comm they share, than a rank the collectives find slow or an incident names
         (`SlowTracker.waits_for`): their phases hold their waits for it inside that comm's
@@ -236,9 +236,21 @@ class SlowRules:
         pair, and were named P3 as two slow nodes 5 s later. A rank slower than the one it
         shares a comm with is not taken back: the comm's figures say who waits."""
         slow = self._slow_open(js, rates=True) | {r for r, ev in found.items() if ev.get("signal") == "collectives"}
-        if not slow:
-            return set()
-        return {r for r in phased if r not in found and js.slow.waits_for(r, slow - {r})}
+        waited = {r for r in phased if r not in found and js.slow.waits_for(r, slow - {r})} if slow else set()
+        for r in waited:
+            js.phase_waiters[r] = now_ns
+        # the phases judge over the iterations they keep: a rank seen waiting in them lately
+        # holds those waits still, after the rank it waited for recovered. The twelfth
+        # generator's TP peer of a rank throttled 1.5x for 2 minutes every 10: taken back as
+        # its waiter throughout each episode, it was named P3 "55% slower" 9 s after each
+        # ended (its phases normal again), on the kept iterations of the episode
+        keep = KEEP_ITERATIONS * max(self.median_step_ns(js), 1e9)
+        for r, t in list(js.phase_waiters.items()):
+            if now_ns - t > keep:
+                del js.phase_waiters[r]
+            elif r in phased and r not in found:
+                waited.add(r)
+        return waited
 
     def _in_baseline(self, js: JobState, rank: int, ev: dict, now_ns: int) -> bool:
         """Whether the job's baseline step was taken while `rank` was already slow, so that
@@ -394,7 +406,7 @@ class SlowRules:
         for r in self._echoes(js, found, phased, now_ns) + self._unfelt(js, found, now_ns) + self._link_victims(js, found) + \
                 self._pipeline_victims(js, found):
             found.pop(r, None)
-        waited = self._waiting_in_phases(js, found, phased)
+        waited = self._waiting_in_phases(js, found, phased, now_ns)
         for r, ev in phased.items():
             if r in found:
                 found[r]["phases"] = ev

@@ -41,6 +41,8 @@ ONE_PER_GATHER = True  # of the members of one data-parallel group told apart by
 PEERS_WAIT_INSIDE = True  # a member apart in its own compute, whose TP peers alone are slower in a phase, takes their ratio (`_judge`)
 WAITED_FOR_APART = True  # a TP group its stage waits for in `LOCAL_PHASE` tells its slow member apart there by its peers (`_apart_in_group`)
 PAIR_WAITED_FOR = True  # a TP pair its stage waits for in `LOCAL_PHASE`, of a job with one stage, is slow as a whole (`_pair_waited_for`)
+SHARED_IN_GROUP = True  # a member alone over the line, its TP peer nearly as slow in the phase, names nobody (`_judge`)
+SHARED_SHARE = 0.5  # ... nearly: this share of its excess at least
 WAITS_NOT_STRETCH = True  # a phase a rank was found waiting in is no stretch of its own (`_conclusive`)
 STRAGGLER_SHARE = 0.1  # a phase in which more ranks than this share are slow holds waits
 PHASE_MIN_SHARE = 0.1  # a phase shorter than this share of the step cannot slow the job (noise)
@@ -317,6 +319,22 @@ class StepTracker:
                         borrowed.add(own[0])
                         group.append(own[0])
                         apart[g] = own
+                # a member alone over the line whose TP peer is nearly as slow in the phase shares
+                # its excess with it: one computes slower, the other waits for it inside its TP
+                # calls (GPU-timed phases hold them), and which is which the phase cannot tell.
+                # The twelfth generator's rank whose GPU slowed gradually (TP 2 x PP 2 x DP 4):
+                # at 1.09x its TP peer's forward, 1.11x, was over the line, its own 1.10x not,
+                # and the peer was named P3 a minute before it
+                for g, group in groups_over.items() if SHARED_IN_GROUP and self.device else ():
+                    if len(group) != 1 or apart[g] or g in whole or group[0] not in ratios:
+                        continue
+                    r = group[0]
+                    excess = ratios[r][0] - 1.0
+                    if any(q != r and q in ratios and tp_group(coords.get(q)) == g
+                           and ratios[q][0] - 1.0 >= SHARED_SHARE * excess for q in members):
+                        ratios.pop(r)
+                        waiting.add(r)
+                        waited_in.setdefault(r, set()).add(phase)
                 if len(groups_over) > max(1, STRAGGLER_SHARE * len(members)) and not (
                         all(len(a) == 1 or g in whole for g, a in apart.items())
                         and 2 * len(groups_over) <= len({tp_group(coords.get(r)) or r for r in members})):

@@ -112,13 +112,16 @@ def steps(job: HandJob, n: int, step: int = S, late: dict[int, dict[int, int]] |
         job.beat(job.now)
 
 
-def replayed(settings, cap) -> list[dict]:
-    """A capture through the detector core, as `commwatch replay` runs it: its incident events."""
+def replayed(settings, cap, until_ns: int | None = None) -> list[dict]:
+    """A capture through the detector core, as `commwatch replay` runs it: its incident events
+    (`until_ns`: only its messages stamped before, as if it ended there)."""
     from commwatch.capture import read_sorted
     from commwatch.decode import decode_messages
     from commwatch.streams.detect import Detector
 
     msgs = read_sorted(cap)
+    if until_ns is not None:
+        msgs = [m for m in msgs if m.ts_ns < until_ns]
     return Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
 
 

@@ -608,3 +608,36 @@ def test_a_tp_pair_its_replicas_wait_for_is_named_together(settings, gen_h, monk
 
     assert named("n01b_varseq_slow") == ([] if drill else [[12, 13]])
     assert named("n01a_varseq_ctl") == []
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_tensor_parallel_peer_nearly_as_slow_in_a_phase_is_not_named_for_it(settings, gen_l, monkeypatch, drill):
+    """The twelfth generator's rank 2 (TP 2 x PP 2 x DP 4, GPU-timed, steps) whose GPU slows
+    gradually over 20 minutes from 6 min in: at ~1.09x its TP peer 3, waiting for it inside
+    forward, was 1.11x there, over the line, 2 itself 1.10x, not; 3 was named P3 a minute
+    before 2. A member alone over the line whose TP peer is nearly as slow in the phase names
+    nobody; the collectives find 2. Drill: the rule off. The first 8.5 minutes replayed."""
+    if drill:
+        monkeypatch.setattr(steps, "SHARED_IN_GROUP", False)
+    cap, truth = gen_l("creep_s1")
+    assert truth["culprit_ranks"] == [2]
+    events = replayed(settings, cap, truth["t0_ns"] + 510 * 10**9)
+    named = {r for e in events if e["kind"] == "slow_rank" for r in e["culprit_ranks"]}
+    assert named == ({2, 3} if drill else {2})
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_peer_that_waited_in_its_phases_is_not_named_once_the_slow_rank_recovers(settings, gen_l, monkeypatch, drill):
+    """The twelfth generator's rank 1 (TP 2 x PP 2 x DP 4, GPU-timed, steps) throttled 1.5x for
+    2 minutes every 10, from 5 min: named at once by the collectives; its TP peer 0, slower in
+    its phases for the waits, was taken back as its waiter throughout, and named P3 "55%
+    slower" 9 s after the episode ended, on the episode's kept iterations (its phases normal
+    again). A rank seen waiting in its phases stays a waiter while the iterations it waited in
+    are kept. Drill: not remembered. The first 7.7 minutes replayed (one episode)."""
+    if drill:
+        monkeypatch.setattr(job_slow, "KEEP_ITERATIONS", 0)
+    cap, truth = gen_l("intermittent_s1")
+    assert truth["culprit_ranks"] == [1]
+    events = replayed(settings, cap, truth["t0_ns"] + 460 * 10**9)
+    named = {r for e in events if e["kind"] == "slow_rank" for r in e["culprit_ranks"]}
+    assert named == ({0, 1} if drill else {1})
