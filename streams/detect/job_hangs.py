@@ -107,7 +107,7 @@ class HangRules:
         else:
             js.hang_waiters = set(an.waiting)
         roots, comm_roots = self._torn_down(js, at, roots, an.comm_roots)
-        if roots and self._known_hold(js, roots, waited):
+        if roots and ("hang",) not in js.book.open and self._known_hold(js, roots, waited):
             roots = []
         elif roots:
             js.holding = None  # not a known hold, or past it: a hang, not a hold that ended
@@ -160,7 +160,8 @@ class HangRules:
         rank waits in a barrier (a generator written apart from the detector, 31 minutes of a
         16-rank job): each of its three checkpoints paged a P0 naming rank 0. The first one
         still does (a rank that never came back looks the same); one that lasts past twice the
-        longest seen is a hang, named then."""
+        longest seen is a hang, named then, and stays one while open (its waits may reshape:
+        a watchdog's abort makes the oldest wait younger)."""
         key = self._hold_key(roots)
         seen = js.holds.get(key) if key else None
         if not seen or waited >= HOLD_FACTOR * max(seen):
