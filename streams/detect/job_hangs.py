@@ -6,6 +6,9 @@
 - `comm_hang` (P0): a blocked instance that every member entered, none of them held by
   anything older, and none completes.
 - `job_stalled` (P2): nobody inside a blocked call and no progress for far longer than usual.
+- A hang or a stall like one that ended by itself before (the same roots never entering the
+  same call; a job-wide stall) is a routine, not reported while it lasts under twice the
+  longest seen (`HOLD_FACTOR`): rank 0 writing a checkpoint alone, every rank writing one.
 """
 
 from __future__ import annotations
@@ -308,9 +311,18 @@ class HangRules:
         last = max(c["last_ns"] for c in js.comms.values())
         if last <= 0:
             return
+        if js.stalling is not None and last > js.stalling:
+            # progress again: the stall ended by itself (a checkpoint every rank wrote)
+            js.stalls = (js.stalls + [last - js.stalling])[-HOLD_KEEP:]
+            js.stalling = None
         need = max(self.settings.stall_floor_s * 1e9, self.settings.stall_step_factor * self.median_step_ns(js))
         idle = now_ns - last
         if idle >= need:
+            js.stalling = last
+        # a stall like those that ended by themselves is a routine (a distributed checkpoint
+        # every 15 minutes: the twelfth generator's jobs had a P2 at each); one that lasts
+        # past twice the longest seen is not
+        if idle >= max(need, HOLD_FACTOR * max(js.stalls, default=0.0)):
             out.extend(js.book.assert_(
                 ("job_stalled",), now_ns, kind="job_stalled", severity="P2", culprit_ranks=[], culprit_nodes=[],
                 comm="", summary=f"no rank inside a call and no progress for {idle / 1e9:.0f} s",

@@ -123,6 +123,8 @@ class JobState:
     # comm's gap p99 before it
     holds: dict[tuple, list[float]] = field(default_factory=dict)  # a hold that ended by itself -> its lengths (`HangRules`)
     holding: tuple | None = None  # a known hold going on: (its key, how long it has lasted)
+    stalls: list[float] = field(default_factory=list)  # job-wide stalls that ended by themselves: their lengths
+    stalling: int | None = None  # a job-wide stall going on: the job's last progress before it
     phase_waiters: dict[int, int] = field(default_factory=dict)  # rank -> when last taken back as waiting in its phases
 
 

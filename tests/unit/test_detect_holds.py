@@ -65,3 +65,21 @@ def test_a_rank_0_that_never_returns_from_its_third_checkpoint_is_named_once(set
     longest = max(d for _, d in ckpts[:2])
     # named once it lasted twice the longest hold seen (a hold is timed from the first wait)
     assert 2 * longest - 3.0 <= late <= 2 * longest + 6.0, (late, longest)
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_checkpoint_every_rank_writes_is_a_stall_once_not_at_every_checkpoint(settings, monkeypatch, drill):
+    """Every rank writes a checkpoint for 70-75 s at every tenth iteration, nobody inside a
+    call: the first is a P2 `job_stalled` (no progress for the 60 s floor), the next ones,
+    under twice the longest such stall seen, nothing. Drill: none remembered."""
+    if drill:
+        monkeypatch.setattr(job_hangs, "HOLD_FACTOR", 0.0)
+    run = jm.run_job(jm.JobConfig(**{**BASE, "checkpoint_every": 10, "checkpoint_s": (70.0, 75.0),
+                                     "checkpoint_ranks": (), "duration_s": 260.0}))
+    events, refused = feed(bs._built([run], [""], 0.0), settings)
+    assert refused == 0
+    ckpts = _checkpoints(run)
+    assert len([c for c in ckpts if c[0] + 65.0 < 260.0]) >= 3  # three stalls past the floor
+    opened = [e for e in events if e["status"] == "open"]
+    assert {e["kind"] for e in opened} == {"job_stalled"}
+    assert len(opened) == (3 if drill else 1), [e["summary"] for e in opened]
