@@ -165,7 +165,8 @@ def _line(res: dict) -> str:
         extra = f"  end: {e['resolved']}/{e['open_at_end']} resolved, {e['events_after_resolve']} after"
     return (f"{res['name']:42s} {res['ranks']:4d}r  hit {delays or '-'}  missed {missed or '-'}  "
             f"false {len(false)}{': ' + '; '.join(false[:4]) if false else ''}"
-            f"{'  advisories ' + str(len(res['advisories'])) if res['advisories'] else ''}{extra}")
+            f"{'  advisories ' + str(len(res['advisories'])) if res['advisories'] else ''}"
+            f"{'  routine first seen ' + str(len(res['routine_first'])) if res.get('routine_first') else ''}{extra}")
 
 
 def _fmt(x) -> str:

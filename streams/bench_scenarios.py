@@ -37,7 +37,7 @@ S = 1_000_000_000
 @dataclass
 class JobInfo:
     step_s: float
-    control: str  # "healthy", "unbalanced", "skewed", or "" (a job with an injected fault)
+    control: str  # "healthy", "unbalanced", "skewed", "routine" (a checkpoint that recurs), or "" (a fault)
     start_ns: int  # on the job's clock
     end_ns: int  # the capture's end, on the job's clock
     ended_ns: int | None = None  # when every process of the job exited
@@ -387,6 +387,14 @@ def jobmodel_cases() -> list[Case]:
     # ... and without the hook's iteration timings (the NCCL plugin alone): the collectives only
     add("slow-node1.4-stage-outer-no-steps", (2, 2, 8), steps=False, faults=lambda w, s: (jm.SlowNode(1, 1.4, 15.0),),
         **outer)
+    # a routine that recurs: rank 0 writes a checkpoint alone for 16-21 s every 12 iterations
+    # while every other rank waits for it inside a collective (the first looks like a hang;
+    # the next ones are the same), and every rank writes one for 70-75 s every 10 (a P2
+    # stall the first time)
+    add("routine-checkpoints-rank0", L16, control="routine", duration_s=100.0, checkpoint_every=12,
+        checkpoint_s=(16.0, 20.0), checkpoint_ranks=(0,))
+    add("routine-checkpoints-all", L16, control="routine", duration_s=260.0, checkpoint_every=10,
+        checkpoint_s=(70.0, 75.0))
     return out
 
 

@@ -7,6 +7,8 @@
 - Every incident that hits nothing is false: a victim named, a second incident for the same
   fault (duplicate), a kind nobody injected. Incidents with severity P3 that never name a rank
   are advisories, reported apart.
+- A routine control (a checkpoint that recurs) may have one incident of each kind, the first
+  time (it cannot be told from a fault yet); every one after it is false.
 - A job that ends: every incident open at its end must resolve after it, with no event of it
   after the resolution, and nothing may open afterwards.
 - Delays run from the truth's onset to the incident's `opened_ns`, in seconds and in the job's
@@ -108,20 +110,36 @@ def score(events: list[dict], truth: list[dict], jobs: dict, hang_floor_s: float
                 verdict[dup.id] = "duplicate"
         truths.append(_truth_row(t, hit, jobs, hang_floor_s, incs))
     truths += _slow_ranks(incs, truth, jobs, verdict)
-    false, advisories = [], []
+    routine = _routine_first(incs, jobs)
+    false, advisories, firsts = [], [], []
     for i in incs:
         if verdict.get(i.id) == "hit":
+            continue
+        if i.id in routine:
+            firsts.append(_inc_row(i, "a routine, the first time"))
             continue
         if i.advisory:
             advisories.append(_inc_row(i, "advisory"))
             continue
         reason = verdict.get(i.id) or _why_false(i, truth)
         false.append(_inc_row(i, reason))
-    return {"truths": truths, "false": false, "advisories": advisories, "ends": _ends(incs, jobs),
+    return {"truths": truths, "false": false, "advisories": advisories, "routine_first": firsts,
+            "ends": _ends(incs, jobs),
             "controls": {job: {"control": info.control,
-                               "p0_p1": sum(1 for i in incs if i.job == job and i.paging)}
+                               "p0_p1": sum(1 for i in incs if i.job == job and i.paging and i.id not in routine)}
                          for job, info in jobs.items() if info.control},
             "incidents": len(incs)}
+
+
+def _routine_first(incs: list[Incident], jobs: dict) -> set[str]:
+    """A routine control's first incident of each kind: the first checkpoint rank 0 writes alone
+    while the others wait for it inside a call cannot be told from a hang, nor the first one
+    every rank writes from a stall; the same again is the routine, and said again is false."""
+    first: dict[tuple[str, str], Incident] = {}
+    for i in sorted(incs, key=lambda i: i.opened_ns):
+        if getattr(jobs.get(i.job), "control", "") == "routine":
+            first.setdefault((i.job, i.kind), i)
+    return {i.id for i in first.values()}
 
 
 def _exact(i, t: dict) -> bool:
@@ -333,7 +351,7 @@ def targets(summary: dict) -> list[dict]:
     for name, v, goal in (("slow_rank p95 (iterations)", slow.get("delay_it_p95"), TARGET_SLOW_P95_IT),
                           ("slow_rank>=50% p95 (iterations)", slow50.get("delay_it_p95"), TARGET_SLOW50_P95_IT)):
         add(name, v, v is not None and v <= goal, f"<= {goal}")
-    for label in ("healthy", "unbalanced", "skewed"):
+    for label in ("healthy", "unbalanced", "skewed", "routine"):
         c = controls.get(label)
         if c:
             add(f"P0/P1 on {label} controls ({c['jobs']} jobs)", c["p0_p1"], c["p0_p1"] == 0, "0")

@@ -6,9 +6,9 @@
 - `comm_hang` (P0): a blocked instance that every member entered, none of them held by
   anything older, and none completes.
 - `job_stalled` (P2): nobody inside a blocked call and no progress for far longer than usual.
-- A hang or a stall like one that ended by itself before (the same roots never entering the
-  same call; a job-wide stall) is a routine, not reported while it lasts under twice the
-  longest seen (`HOLD_FACTOR`): rank 0 writing a checkpoint alone, every rank writing one.
+- A hang or a stall like one that ended by itself before (the same silent roots; a job-wide
+  stall) is a routine, not reported while it lasts under twice the longest seen
+  (`HOLD_FACTOR`): rank 0 writing a checkpoint alone, every rank writing one.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ class HangRules:
                 # nobody waits any more and its roots progress again: over (a rank-0-only
                 # checkpoint longer than the threshold, a stall that ended), not after the quiet
                 # period, while the job has been running for that long already
-                if held.evidence.get("op"):
-                    self._held_once(js, (tuple(held.culprit_ranks), held.comm, held.evidence["op"]),
+                if {d.get("reason") for d in held.evidence.get("roots", ())} == {"silent"}:
+                    self._held_once(js, tuple(sorted(held.culprit_ranks)),
                                     now_ns - held.evidence.get("onset_ns", held.opened_ns))
                 out.extend(js.book.resolve(("hang",), now_ns, "its root ranks progress again"))
             self._hold_over(js)
@@ -149,12 +149,13 @@ class HangRules:
 
     @staticmethod
     def _hold_key(roots: list) -> tuple | None:
-        """What a hold is known by: its root ranks, all silent, and the call they never entered
-        (its comm and op; not its seq, which moves on between two of them)."""
-        if any(x[1] != "silent" for x in roots):
+        """What a hold is known by: its root ranks, all silent. Not the call they never entered:
+        where the others wait on them first varies from one hold to the next (rank 0's TP peer
+        in an all-reduce, or the next stage in its receive, whichever wait is the older: a
+        job-model run drawn with 120 keyed its second checkpoint apart from its first)."""
+        if not roots or any(x[1] != "silent" for x in roots):
             return None
-        first = next((x for x in roots if x[4]), None)
-        return None if first is None else (tuple(sorted(x[0] for x in roots)), first[2], first[4])
+        return tuple(sorted(x[0] for x in roots))
 
     def _known_hold(self, js: JobState, roots: list, waited: int) -> bool:
         """Whether the roots hold the job as they did before, in a hold that ended by itself

@@ -148,3 +148,19 @@ def test_a_slow_ranks_delay_counts_the_iterations_the_job_ran_under_the_fault():
     (row,) = score([ev("b", "b-1", "slow_rank", "P2", T0 + 26 * S, ranks=[5])], [t], {"b": info()},
                    hang_floor_s=5.0)["truths"]
     assert row["delay_it"] == 3.0 and row["delay_run_it"] == 2.0
+
+
+def test_a_routine_control_may_page_once_the_first_time_and_never_again():
+    # rank 0's checkpoint, its first time a P0 (nothing tells it from a hang yet), its second a
+    # P0 again (false); every rank's checkpoint a P2 stall the first time only
+    res = score([ev("r", "r-1", "hang", "P0", T0 + 10 * S, ranks=[0]),
+                 ev("r", "r-2", "job_stalled", "P2", T0 + 20 * S),
+                 ev("r", "r-3", "hang", "P0", T0 + 40 * S, ranks=[0])],
+                [], {"r": info("routine")}, hang_floor_s=5.0)
+    assert [(f["kind"], f["reason"]) for f in res["routine_first"]] == [("hang", "a routine, the first time"),
+                                                                        ("job_stalled", "a routine, the first time")]
+    assert [(f["kind"], f["reason"]) for f in res["false"]] == [("hang", "no fault injected")]
+    assert res["controls"] == {"r": {"control": "routine", "p0_p1": 1}}
+    targets = {t["target"]: t for t in summarize([{**res, "name": "r", "family": "jobmodel", "ranks": 16,
+                                                   "refused": 0, "records": 0, "healthy_s": 60.0}], 1.0)["targets"]}
+    assert targets["P0/P1 on routine controls (1 jobs)"]["pass"] is False

@@ -3,8 +3,8 @@ twelfth iteration while every other rank waits for it inside a collective (job m
 event-time order through the detector, as `commwatch bench detect` feeds them).
 
 - The first such hold pages a P0 naming rank 0 (a rank that never came back looks the same)
-  and resolves once rank 0 progresses; the next ones, the same roots never entering the same
-  comm's call, page nothing while they last under twice the longest seen.
+  and resolves once rank 0 progresses; the next ones, the same roots silent while the others
+  wait on them, page nothing while they last under twice the longest seen.
 - A hold that does not end (rank 0 hangs at its third checkpoint) is named, one P0 naming
   rank 0, once it has lasted twice the longest hold seen.
 """
