@@ -74,6 +74,15 @@ class JobClocks:
         for stamp in stamps:
             self.observe(job, stamp, ref)
 
+    def observed_now(self, job: str, stamp: int, ref: int) -> int:
+        """`observe` then `now` (one call batch on replay's path: most stamps are no newer than
+        the job's newest, and only its now is asked)."""
+        c = self._c.get(job)
+        if c is None or stamp > c.stamp:
+            self.observe(job, stamp, ref)
+            c = self._c[job]
+        return c.stamp + (ref - c.ref if ref > c.ref else 0)
+
     def now(self, job: str, ref: int, extrapolate: bool = True) -> int:
         c = self._c.get(job)
         if c is None:

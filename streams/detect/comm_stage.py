@@ -135,15 +135,19 @@ class CommStage:
         """Buffer the batch (`stamp`: its time on the job's clock); a comm's batches are folded in together (at a tick, or once
         `FLUSH_RECORDS` are pending), so the per-batch numpy overhead is paid rarely."""
         key = (batch.job, batch.comm)
-        st = self.comms.get(key) or self.state(batch.job, batch.comm)
-        stamp = now_ns if stamp is None else stamp
-        st.last_seen_ns = max(st.last_seen_ns, stamp)
+        st = self.comms.get(key)
+        if st is None:
+            st = self.state(batch.job, batch.comm)
+        if stamp is None:
+            stamp = now_ns
+        if stamp > st.last_seen_ns:
+            st.last_seen_ns = stamp
         if not st.pending:
             st.pending_since = now_ns
             self._dirty.add(key)
         st.pending.append((batch.value, stamp, batch.count))
-        st.pending_n += batch.count
-        if st.pending_n >= FLUSH_RECORDS or (not st.p2p_only and st.pending_n >= st.rows * st.n // 2):
+        n = st.pending_n = st.pending_n + batch.count
+        if n >= FLUSH_RECORDS or (not st.p2p_only and n >= st.rows * st.n // 2):
             # the second: the pending calls may span half the comm's instance ring (a backlog
             # read partition by partition brings seconds of one comm before its job ticks)
             return self._flush(st, now_ns)
@@ -243,10 +247,10 @@ class CommStage:
 
     def learn_one(self, msg, batch: CallBatch, ref_ns: int) -> int:
         """`learn_lags` of one call batch (replay's path)."""
-        key = _lag_key(batch)
-        if key is None:
+        if not batch.count:
             return msg.ts_ns
-        return msg.ts_ns + self._node_lags.observe(*key, ref_ns - msg.ts_ns, ref_ns)
+        rank = _RANK.unpack_from(batch.value, _RANK_AT)[0]  # `_lag_key` of a batch
+        return msg.ts_ns + self._node_lags.observe(batch.job, rank, ref_ns - msg.ts_ns, ref_ns)
 
     # ------------------------------------------------------------------------------
     def tick(self, now_of: Callable[[str], int]) -> list[dict]:

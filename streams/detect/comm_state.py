@@ -49,6 +49,31 @@ WINDOW_MIN_NS = 1_000_000_000  # a window covers at least this much event time
 MAX_CHANNELS = 1 << 16  # P2P channels kept per comm
 P2P_AHEAD = 16  # entry times kept per channel for calls queued beyond its first open one
 MAX_P2P_INTERVALS = 1 << 18  # completed P2P calls kept for the windows not reported yet
+_C, _G, _E, _L = wire.FLAG_COMPLETED, wire.FLAG_GPU_TIMED, wire.FLAG_ENQUEUED, wire.FLAG_COMPLETION_LOST
+_KNOWN = 0x1F  # the flag bits v1 defines (a consumer ignores the others)
+
+
+def _by_flags(f) -> np.ndarray:
+    """`f(flags)` for every value of the known flag bits: a record's property is one lookup
+    (`table[recs["flags"] & _KNOWN]`), not a few array operations (a flush pays numpy's fixed
+    cost per operation, and takes several of these)."""
+    return np.array([bool(f(b)) for b in range(_KNOWN + 1)])
+
+
+ON_DEVICE = _by_flags(lambda f: f & (_G | _E))  # the call ran on a device (NCCL)
+# a device entry: a call entered before, now seen started on the GPU after waiting there
+DEVICE_ENTRY = _by_flags(lambda f: f & (_G | _C | _L) == _G)
+DONE = _by_flags(lambda f: f & (_C | _L))  # completed, or given up on
+OBSERVED = _by_flags(lambda f: f & _C)  # completion observed
+OBSERVED_KEPT = _by_flags(lambda f: f & _C and not f & _L)
+# completion observed with real times: the device's, or a blocking host's
+TIMED = _by_flags(lambda f: f & _C and not f & _L and (f & _G or not f & _E))
+# inside the call, not only queued: its device started it or the host blocked in it
+REAL = _by_flags(lambda f: f & _G or not f & _E)
+# timed, or a host-enqueue call whose completion its probe observed (`windows.enqueue_gate`)
+ENDED = _by_flags(lambda f: (f & _C and not f & _L and (f & _G or not f & _E)) or (f & _C and f & (_E | _G | _L) == _E))
+HOST_TIMED = _by_flags(lambda f: not f & _G)  # t_start is the host's entry
+
 NO_TIME = 1 << 62  # `edev` of an instance no device start is known for
 GONE_BEATS = 2  # heartbeats of its node for the comm in a row that no longer list a rank: its process is gone
 RECV_FWD, RECV_BWD, SEND_FWD, SEND_BWD = 0, 1, 2, 3  # P2P call kinds (from/to an earlier/later stage)
@@ -279,6 +304,29 @@ class CommState:
         last[:-1] = sl[1:] != sl[:-1]
         self.adv_ns[sl[last]] = np.maximum(self.adv_ns[sl[last]], t[last])
 
+    def _advanced_at(self, slots: list[int], t: int) -> None:
+        """`_advanced` of distinct members (ascending) that made progress at one time, `t` (a
+        heartbeat's): the same figures, element by element (a heartbeat moves a few members;
+        numpy's fixed cost per call was most of a heartbeat's)."""
+        adv, born, first = self.adv_ns, self.born_ns, self.first_ns
+        gaps = []
+        for s in slots:
+            base = int(adv[s])
+            if base > 0:
+                prev = base
+            else:
+                b = int(born[s])
+                prev = b if b - first >= SKEW_MIN_NS else first
+            if t > prev:
+                gaps.append(float(t - prev))
+            if t > base:
+                adv[s] = t
+        if gaps:
+            gaps = gaps[-GAP_RING:]
+            for i, g in enumerate(gaps):
+                self.gaps[(self.ngaps + i) % GAP_RING] = g
+            self.ngaps += len(gaps)
+
     def gap_quantiles(self) -> tuple[float, float]:
         """(p50, p99) of recent intervals between a member's progress (entries or completions),
         in ns of event time. Recomputed after every `GAP_REFRESH` new gaps, not per call."""
@@ -345,20 +393,18 @@ class CommState:
             recs, slot, ts = recs[calls], slot[calls], ts[calls]
             if not len(recs):
                 return []
-        flags = recs["flags"].astype(np.int64)
-        if not self.device and (flags & (wire.FLAG_GPU_TIMED | wire.FLAG_ENQUEUED)).any():
+        flags = recs["flags"] & _KNOWN
+        if not self.device and ON_DEVICE[flags].any():
             self.device = True
-        # any call record of a member is progress, but a device entry (a call entered before,
-        # now seen started on the GPU after waiting there) is the opposite
-        dev = (flags & (wire.FLAG_GPU_TIMED | wire.FLAG_COMPLETED | wire.FLAG_COMPLETION_LOST)) == wire.FLAG_GPU_TIMED
+        # any call record of a member is progress, but a device entry is the opposite
+        dev = DEVICE_ENTRY[flags]
         if dev.any():
             self._advanced(slot[~dev], ts[~dev])
         else:
             self._advanced(slot, ts)
-        done = (flags & (wire.FLAG_COMPLETED | wire.FLAG_COMPLETION_LOST)) != 0
-        observed = (flags & wire.FLAG_COMPLETED) != 0
-        timed = observed & ((flags & wire.FLAG_COMPLETION_LOST) == 0) & (
-            ((flags & wire.FLAG_GPU_TIMED) != 0) | ((flags & wire.FLAG_ENQUEUED) == 0))
+        done = DONE[flags]
+        observed = OBSERVED[flags]
+        timed = TIMED[flags]
         ops = recs["op"]
         p2p = (ops == wire.OP_SEND) | (ops == wire.OP_RECV)
         n_p2p = int(np.count_nonzero(p2p))
@@ -368,18 +414,17 @@ class CommState:
         if n_p2p:
             self._apply_p2p(recs[p2p], slot[p2p], done[p2p], timed[p2p], ts[p2p], flags[p2p])
         self.p2p_only = False
-        seen = observed & ((flags & wire.FLAG_COMPLETION_LOST) == 0) & ~p2p
+        seen = OBSERVED_KEPT[flags] & ~p2p
         if seen.any():
             top = int(recs["seq"][seen].max())
             if top > self.seen_d:
                 self.seen_d, self.seen_d_ns = top, max(self.seen_d_ns, int(ts[seen].max()))
         # inside the call, not only queued: its device started it (GPU_TIMED: a device entry or
         # a completion) or the host blocked in it (neither GPU_TIMED nor ENQUEUED)
-        real = ((flags & wire.FLAG_GPU_TIMED) != 0) | ((flags & wire.FLAG_ENQUEUED) == 0)
+        real = REAL[flags]
         # a host-enqueue call whose completion its probe observed: when it saw it is kept (`en`, not
         # a device time: `ok` stays false) for `windows.enqueue_gate`
-        ended = timed | (observed & ((flags & (wire.FLAG_ENQUEUED | wire.FLAG_GPU_TIMED | wire.FLAG_COMPLETION_LOST))
-                                     == wire.FLAG_ENQUEUED))
+        ended = ENDED[flags]
         if not n_p2p:
             return self._apply_collectives(recs, slot, done, observed, timed, ts, real, ended)
         coll = ~p2p
@@ -453,8 +498,8 @@ class CommState:
 
     def _apply_p2p(self, c: np.ndarray, slot: np.ndarray, done: np.ndarray, timed: np.ndarray, ts: np.ndarray,
                    flags: np.ndarray) -> None:
-        host_t = (flags & wire.FLAG_GPU_TIMED) == 0  # t_start is the host's entry
-        real = ~host_t | ((flags & wire.FLAG_ENQUEUED) == 0)  # inside on the device, or a blocking host
+        host_t = HOST_TIMED[flags]  # t_start is the host's entry
+        real = REAL[flags]  # inside on the device, or a blocking host
         peer_cr = c["peer"].astype(np.int64)
         inside = (peer_cr >= 0) & (peer_cr < self.size)
         if not inside.all():
@@ -626,8 +671,7 @@ class CommState:
                     if st[0] > st[1] and st[2] == 0:
                         st[2] = now_ns
         if moved:  # nothing moved: the comm's counters, and what follows from them, stand
-            m = np.unique(np.asarray(moved, np.int64))
-            self._advanced(m, np.full(len(m), now_ns, np.int64))
+            self._advanced_at(sorted(set(moved)), now_ns)
             self._d_update(now_ns, now_ns)
 
     # --- windows ----------------------------------------------------------------------

@@ -107,16 +107,26 @@ class Detector:
         delays changed by up to 0.6 s either way, for a 5 % gain), and before it every tick
         that fell due since, at the time it fell due (`_due_before`). Returns incident events."""
         out: list[dict] = []
+        alerts = topics.ALERTS
         for i, msg in enumerate(msgs):
             d = decoded[i]
             ref = msg.ts_ns if refs is None else refs[i]
             if ref > self._idle_until > self.ref_ns:
                 out.extend(self._due_before(ref))
-            if msg.topic == topics.ALERTS:
+            if type(d) is CallBatch:  # most messages: `feed_decoded`'s first case, without its dispatch
+                if ref > self.ref_ns:
+                    self.ref_ns = ref
+                got = self.comm_feed_one(msg, d, self.ref_ns)
+                if got:
+                    out.extend(self._local(got))
+            elif msg.topic == alerts:
                 self.stats["ignored_alerts"] += 1
             elif not isinstance(d, WireError):
                 out.extend(self.feed_decoded(msg, d, ref))
-            out.extend(self.tick(ref))
+            if ref >= self._idle_until or self.ref_ns >= self._idle_until:
+                out.extend(self.tick(ref))
+            elif ref > self.ref_ns:  # `tick`'s early return, without the call
+                self.ref_ns = ref
         return out
 
     def _due_before(self, ref_ns: int) -> list[dict]:
@@ -297,20 +307,35 @@ class Detector:
     def comm_feed_one(self, msg: Message, batch: CallBatch, ref_ns: int) -> list[dict]:
         """`comm_feed` of one call batch (replay's path, message by message: the same steps
         without grouping a poll by job)."""
-        self.stats["messages"] += 1
-        self.stats["records"] += batch.count
-        if batch.job in self.job_stage.jobs and self._restarted(batch.job, batch):
-            self._forget(batch.job)
-        moved = self.comm_stage.learn_one(msg, batch, ref_ns)
+        stats, job, stage, clocks = self.stats, batch.job, self.comm_stage, self.comm_clocks
+        stats["messages"] += 1
+        stats["records"] += batch.count
+        js = self.job_stage.jobs.get(job)
+        if js is not None and js.ended_reason == "job_ended" and self._restarted(job, batch):
+            self._forget(job)
+        moved = stage.learn_one(msg, batch, ref_ns)
         own = moved if moved < msg.ts_ns else msg.ts_ns
-        top = self._clock_top(self.comm_clocks, batch.job, own, ref_ns)
-        self.comm_clocks.observe(batch.job, own if own < top else top, ref_ns)
+        top = clocks.stamp(job)
+        if own > top:
+            top = self._clock_top(clocks, job, own, ref_ns)
+        now = clocks.observed_now(job, own if own < top else top, ref_ns)
         at = moved if moved < top else top
-        out = self._comm_job(batch.job, self._feed_batch, (at, batch), ref_ns)
-        return self._kept(out) if out else out
-
-    def _feed_batch(self, at: int, batch: CallBatch, now: int) -> list[dict]:
-        return self.comm_stage.feed_calls(batch, now, at if at < now else now)
+        # `_comm_job` of the batch, its steps inline (replay's path: one call per message)
+        try:
+            got = stage.feed_calls(batch, now, at if at < now else now)
+        except Exception:  # noqa: BLE001 - as `_guard`
+            got = self._failed(job)
+        due = stage.next_tick_ns(job)
+        if now >= due:
+            got.extend(self._guard(job, stage.tick_job, job, now))
+            due = stage.next_tick_ns(job)
+        if got or job not in stage.by_job:
+            self._idle_until = 0
+            return self._kept(got)
+        r = clocks.due_ref(job, due)
+        if r < self._idle_until:
+            self._idle_until = r
+        return got
 
     def _comm_job(self, job: str, feed, args: tuple, ref_ns: int) -> list[dict]:
         """One job's messages into stage 1 at its now (its clock has observed them), then its
@@ -394,12 +419,16 @@ class Detector:
         try:
             return fn(*args)
         except Exception:  # noqa: BLE001 - see the docstring
-            self._errors["tick_errors"] += 1
-            if self._errors["tick_errors"] <= 10:
-                log.exception("detector failed on job %s; its state is reset", job)
-            self.job_stage.jobs.pop(job, None)
-            self.comm_stage.forget_job(job)
-            return []
+            return self._failed(job)
+
+    def _failed(self, job: str) -> list[dict]:
+        """`_guard`'s handling of an exception (called inside its `except`: logged with its trace)."""
+        self._errors["tick_errors"] += 1
+        if self._errors["tick_errors"] <= 10:
+            log.exception("detector failed on job %s; its state is reset", job)
+        self.job_stage.jobs.pop(job, None)
+        self.comm_stage.forget_job(job)
+        return []
 
     def let_go(self, comms=(), jobs=()) -> None:
         """Input partitions gone to another worker (a rebalance): the state of their comms
