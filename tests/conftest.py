@@ -182,3 +182,10 @@ def gen_l(tmp_path_factory):
     """A capture of the twelfth independent generator (`tests/independent/longrun`) and its
     truth (its default base seed 1)."""
     return _scenario_truth(tmp_path_factory, "longrun", 1)
+
+
+@pytest.fixture(scope="session")
+def gen_m(tmp_path_factory):
+    """A capture of the thirteenth independent generator (`tests/independent/rl`) and its truth
+    (its default base seed 1)."""
+    return _scenario_truth(tmp_path_factory, "rl", 1)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 HOLD_FACTOR = 2.0  # a known hold is a hang once it lasts twice the longest of it seen
 HOLD_KEEP = 4  # lengths remembered per hold
 HOLD_KEYS = 8  # holds remembered per job
+OUTLIVED_PERIODS = 1.5  # a rank that progressed this many heartbeat periods after others began waiting on a root did not die with it (`_died_with`)
 
 
 class HangRules:
@@ -103,7 +104,7 @@ class HangRules:
             skip = exited | set(stuck) | left | inside | {
                 r for w in current.values() for i in w["instances"] for r in i["entered"]}
             skip.update(r for c in stale | unreported for r in js.members.get(c, ()))
-            roots.extend(self._died_with(js, at, roots, skip, root_thr))
+            roots.extend(self._died_with(js, at, roots, skip, root_thr, an.oldest_since_ns))
         waited = at - an.oldest_since_ns
         if ("hang",) in js.book.open:
             js.hang_waiters |= an.waiting
@@ -199,15 +200,22 @@ class HangRules:
         return {r for c, w in js.waits.items() if c not in current and c not in stale
                 for i in w["instances"] for r in i["entered"]}
 
-    def _died_with(self, js: JobState, now_ns: int, roots: list, skip: set[int], thr: float) -> list[tuple]:
+    def _died_with(self, js: JobState, now_ns: int, roots: list, skip: set[int], thr: float,
+                   waits_since_ns: int) -> list[tuple]:
         """The ranks of a silent root's node that fell silent with it (within `thr` of it),
         silent for the threshold as it is, inside no call: a node's processes die together
         (its agent heartbeating on), and nobody waits on some of them yet when the hang is
         named. Generator A's node of eight processes crashing, drawn with SEED 13: the P0
         named seven, the eighth (its pipeline partner on the same node, its data-parallel
         peers not yet at their next reduction) joined a second later. A victim is inside the
-        call it waits in, or still progresses: neither is named."""
+        call it waits in, or still progresses: neither is named. Nor is a rank that still
+        progressed `OUTLIVED_PERIODS` heartbeat periods after the first wait on the roots
+        began (`waits_since_ns`): it outlived the fault and went idle (the thirteenth
+        generator's RL job, drawn with 1: a rollout engine on the hung rank's node finished
+        its generation 2.1 s after the hung rank's TP peers began waiting on it, and sat idle
+        for the weight sync that never came; the P0 was updated to name its four ranks)."""
         named = {x[0] for x in roots}
+        outlived = waits_since_ns + OUTLIVED_PERIODS * self.settings.heartbeat_period_s * 1e9
         out = []
         for r, reason, *_ in list(roots):
             node = js.node_of.get(r)
@@ -218,7 +226,7 @@ class HangRules:
                 if q in named or q in skip:
                     continue
                 quiet = self.silent_since(js, q, now_ns)
-                if quiet and now_ns - quiet >= thr and abs(quiet - since) <= thr:
+                if quiet and now_ns - quiet >= thr and abs(quiet - since) <= thr and quiet <= outlived:
                     named.add(q)
                     out.append((q, "silent", "", -1, "", False))
         return out

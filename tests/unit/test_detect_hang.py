@@ -594,13 +594,32 @@ def test_a_node_whose_processes_die_together_is_named_whole_at_once(settings, ge
     from commwatch.streams.detect.job_stage import JobStage
 
     if drill:
-        monkeypatch.setattr(JobStage, "_died_with", lambda self, js, now_ns, roots, skip, thr: [])
+        monkeypatch.setattr(JobStage, "_died_with", lambda self, js, now_ns, roots, skip, thr, since: [])
     msgs = read_sorted(gen_a("crash_node_agent_on_2x2x8_gpu_node3", seed=13))
     events = Detector(settings).feed_stream(msgs, decode_messages(msgs, settings.max_message_bytes))
     p0 = [e for e in events if e["severity"] == "P0"]
     assert {e["incident"] for e in p0} == {p0[0]["incident"]} and p0[0]["kind"] == "hang"
     assert p0[-1]["culprit_ranks"] == list(range(24, 32))
     assert (p0[0]["culprit_ranks"] == list(range(24, 32))) is not drill
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_rank_that_went_idle_after_the_hang_is_not_named_with_it(settings, gen_m, monkeypatch, drill):
+    """The thirteenth generator's RL job (separate trainer and rollout GPUs, GPU-timed, drawn
+    with 1): rollout rank 22 stops 40 % into its generation, its three TP peers wait inside a
+    decode all-reduce. Engine 0 (ranks 16-19, on 22's node, in none of its comms) finishes its
+    generation 2.1 s later and sits idle, inside no call, waiting for a weight sync that never
+    comes. The P0 was updated to name the four idle ranks with 22 (`_died_with`: silent on the
+    root's node, within the threshold of it). One P0, naming 22 alone. Drill: a rank counted as
+    dying with the root however long it progressed after the first wait on it."""
+    from commwatch.streams.detect import job_hangs
+
+    if drill:
+        monkeypatch.setattr(job_hangs, "OUTLIVED_PERIODS", float("inf"))
+    cap, truth = gen_m("hang_rollout")
+    p0 = _hangs_of(settings, cap)
+    assert p0 and {e["incident"] for e in p0} == {p0[0]["incident"]} and p0[0]["culprit_ranks"] == [22]
+    assert ({tuple(e["culprit_ranks"]) for e in p0} == {(22,)}) is not drill
 
 
 def _hangs_of(settings, cap) -> list[dict]:
