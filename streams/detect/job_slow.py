@@ -285,14 +285,26 @@ class SlowRules:
         Generator C's healthy job with one-iteration host stalls drawn with 18000: a TP pair
         named P3 with no loss claimed became P1 "the job loses ~92 % of its time waiting on
         them" 24 s later, while the job's iterations ran as fast as before it (a median of
-        1.21 s against 1.2-2.3 s). The phases' impact is the job's steps already."""
+        1.21 s against 1.2-2.3 s). The phases' impact is the job's steps already. Found before
+        the baseline settled (it may hold the slowdown), a rank seen at its normal pace before
+        (`RankModel.normal`) is held to what the iterations after it was found lost against
+        those before (`StepTracker.loss_around`). The thirteenth generator's RL job drawn with
+        1 (training iterations of 5.2 s, a weight sync between rounds a minute apart): rank 0,
+        broadcasting each bucket alone while its trainer peers waited in the next all-gather,
+        was named P3 at the first sync, the baseline settling only at the second round of
+        training, and P1 "the job loses ~60 %" at the second sync; its iterations ran 0.1 %
+        over those before."""
         impact = ev["impact"]
         steps = js.steps
         since = open_.opened_ns if open_ is not None else ev.get("onset_ns", 0)
-        if ev.get("signal") == "phases" or steps.settled_ns is None or since < steps.settled_ns or (
+        if ev.get("signal") == "phases" or (
                 (len(ranks) == 1 or ev.get("group")) and self._in_baseline(js, ranks[0], ev, now_ns)):
             return impact
-        loss = steps.loss_since(since)
+        if steps.settled_ns is None or since < steps.settled_ns:
+            m = js.slow.models.get(ranks[0]) if len(ranks) == 1 and not ev.get("group") else None
+            loss = steps.loss_around(since) if m is not None and m.normal > 1 else None
+        else:
+            loss = steps.loss_since(since)
         return impact if loss is None else min(impact, max(0.0, loss) * UNFELT_SHARE)
 
     def _unjudged(self, js: JobState, seen: set[tuple], now_ns: int) -> None:

@@ -127,6 +127,18 @@ class StepTracker:
             return None
         return statistics.median(after) / self.base_s - 1.0
 
+    def loss_around(self, since_ns: int) -> float | None:
+        """The job's steps since `since_ns` over its steps before it, minus 1: the median of the
+        iterations past the warm-up that ended after it (`RECENT` - 1 at least) over the median
+        of those that ended before it (one at least); None: too few either side. Where the
+        baseline is not settled before `since_ns` (iterations minutes apart)."""
+        durs, ends = list(self.durations)[WARMUP:], list(self.ends)[WARMUP:]
+        before = [d for d, t in zip(durs, ends) if t <= since_ns]
+        after = [d for d, t in zip(durs, ends) if t > since_ns]
+        if not before or len(after) < RECENT - 1:
+            return None
+        return statistics.median(after) / statistics.median(before) - 1.0
+
     def evaluate(self, now_ns: int, coords: dict[int, dict], open_ranks: set[int], world: int = 0) -> dict[int, dict]:
         """Judge every complete iteration not judged yet: one every rank that reports
         iterations reported; one most of them reported, once the others have been waited for
