@@ -320,30 +320,24 @@ class Detector:
             top = self._clock_top(clocks, job, own, ref_ns)
         now = clocks.observed_now(job, own if own < top else top, ref_ns)
         at = moved if moved < top else top
-        # `_comm_job` of the batch, its steps inline (replay's path: one call per message)
-        try:
+        try:  # as `_guard`, without its call (replay's path: one per message)
             got = stage.feed_calls(batch, now, at if at < now else now)
-        except Exception:  # noqa: BLE001 - as `_guard`
+        except Exception:  # noqa: BLE001 - see `_guard`
             got = self._failed(job)
-        due = stage.next_tick_ns(job)
-        if now >= due:
-            got.extend(self._guard(job, stage.tick_job, job, now))
-            due = stage.next_tick_ns(job)
-        if got or job not in stage.by_job:
-            self._idle_until = 0
-            return self._kept(got)
-        r = clocks.due_ref(job, due)
-        if r < self._idle_until:
-            self._idle_until = r
-        return got
+        got = self._ticked(job, now, got)
+        return self._kept(got) if got else got
 
     def _comm_job(self, job: str, feed, args: tuple, ref_ns: int) -> list[dict]:
         """One job's messages into stage 1 at its now (its clock has observed them), then its
         tick if due; keeps `_idle_until` right."""
+        now = self.comm_clocks.now(job, ref_ns)
+        return self._ticked(job, now, self._guard(job, feed, *args, now))
+
+    def _ticked(self, job: str, now: int, got: list[dict]) -> list[dict]:
+        """After a job's messages were fed at its `now`: its stage-1 tick if due (time passes
+        with the data too: a worker catching up on a backlog ticks as replay does), and
+        `_idle_until` kept right. Returns `got` with the tick's reports."""
         clocks, stage = self.comm_clocks, self.comm_stage
-        now = clocks.now(job, ref_ns)
-        got = self._guard(job, feed, *args, now)
-        # time passes with the data too: a worker catching up on a backlog ticks as replay does
         due = stage.next_tick_ns(job)
         if now >= due:
             got.extend(self._guard(job, stage.tick_job, job, now))
