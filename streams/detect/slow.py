@@ -471,14 +471,22 @@ class SlowTracker(StallRules):
         long = self.long = self._comm_ratios(now_ns, stale, latest=False)
         self.coords = coords
         short = self._comm_ratios(now_ns, stale, latest=True)
-        unknown: set[int] = set()
+        blind_p2p = self._tp_compared(long, coords)
+        for c, res in long.items():
+            for r, v in res.items():
+                if (r, c) not in blind_p2p:
+                    self.low_busy[(r, c)] = min(self.low_busy.get((r, c), np.inf), v[1])
+        # in use, but no current busy figures: the rank's finest comm may be missing (judged
+        # in a coarser one, its intervals would hold its waits in the finer one's calls) ...
+        unknown: dict[int, float] = {}  # rank -> the shortest intervals it had in such a comm
         for comm, members in (in_use or {}).items():
             first = self.in_use_since.setdefault(comm, now_ns)
-            if comm not in long:  # in use, but no current busy figures: the finest comm may be missing
+            if comm not in long:
                 ct = self.comms.get(comm)
                 if (ct is None or not ct.busy) and now_ns - first >= NEVER_FINER_NS:
                     continue  # ... unless it never had any in this long: it is nobody's finest
-                unknown.update(members)
+                for r in members:
+                    unknown[r] = min(unknown.get(r, np.inf), self.low_busy.get((r, comm), 0.0))
         # a rank is judged in its finest comm: the shortest compute intervals, so the most of
         # them, but intervals of real compute (peers' >= MIN_BUSY_MS), not the scheduling
         # noise between back-to-back calls; by the shortest they have been (a checkpoint or a
@@ -489,14 +497,20 @@ class SlowTracker(StallRules):
         # healthy past they grow later, and judged there its evidence would restart
         finest: dict[int, tuple[str, tuple]] = {}
         score: dict[int, tuple[bool, float]] = {}
-        blind_p2p = self._tp_compared(long, coords)
         for c, res in long.items():
             for r, v in res.items():
-                if r in unknown or (r, c) in blind_p2p:
+                if (r, c) in blind_p2p:
                     continue
-                low = self.low_busy[(r, c)] = min(self.low_busy.get((r, c), np.inf), v[1])
+                low = min(self.low_busy.get((r, c), np.inf), v[1])
                 if r not in finest or (v[2] < MIN_BUSY_MS, low) < score[r]:
                     finest[r], score[r] = (c, v), (v[2] < MIN_BUSY_MS, low)
+        # ... only where that comm's intervals were shorter than those of the comm it would be
+        # judged in (or it never had figures for the rank). The RL generator's colocated job:
+        # its 32-rank rollout gather, idle for most of a generation round and still in use, made
+        # every rank unknown while its TP comms were current, and a 1.5x rollout GPU (9 ms
+        # decode intervals against its peers' 6, in its TP comm) was never judged
+        for r in [r for r in finest if r in unknown and self._may_be_finer(unknown[r], score[r][1])]:
+            del finest[r]
         # a rank whose finer comm is current but gives it no figure this time (too few
         # intervals of a kind in its latest windows) is not judged now, nor idled: in a
         # coarser comm its intervals hold the waits it spends in the finer one's calls (the
@@ -567,6 +581,13 @@ class SlowTracker(StallRules):
                 self.models[r].due = 0
         self.due_ns = min((m.due for m in self.models.values() if m.due), default=0)
         return dominant(out, open_ranks)
+
+    @staticmethod
+    def _may_be_finer(missing_low: float, low: float) -> bool:
+        """A comm in use without current figures, whose intervals were `missing_low` at the
+        shortest (0 if it never had figures for the rank), may be finer than the comm with
+        `low` the rank would be judged in."""
+        return missing_low < low
 
     def _tp_compared(self, long: dict[str, dict[int, tuple]], coords: dict[int, dict]) -> set[tuple[int, str]]:
         """(rank, pipeline comm) where half or more of the ranks its intervals are compared with

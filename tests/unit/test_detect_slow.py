@@ -907,3 +907,21 @@ def test_two_ranks_of_a_node_found_at_once_are_not_one_node_fault(settings, gen_
     named = [e["culprit_ranks"] for e in events if e["kind"] == "slow_rank" and 21 in e["culprit_ranks"]]
     paged = {tuple(e["culprit_ranks"]) for e in events if e["kind"] == "slow_rank" and e["severity"] in ("P0", "P1")}
     assert named and (paged == {(16, 21)} if drill else {tuple(n) for n in named} == {(21,)} and paged == {(21,)})
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_coarse_comm_idle_between_phases_does_not_hide_a_slow_rank_in_its_finer_one(settings, gen_m, monkeypatch,
+                                                                                     drill):
+    """The thirteenth generator's colocated RL job (32 ranks, rollout engines TP 4, GPU-timed):
+    rank 13's GPU 1.5x slower in generation from round 1. Its TP comm showed it (decode
+    intervals 1.48x its peers'), but the 32-rank rollout gather, in use and idle through each
+    generation, had no current figures, and a comm in use without them made all its members
+    unknown: nobody was judged during generation, and rank 13 was never named. A comm whose
+    intervals were coarser than those a rank is judged by cannot be its finest. Drill: every
+    missing comm may be finer."""
+    if drill:
+        monkeypatch.setattr(slow.SlowTracker, "_may_be_finer", staticmethod(lambda missing_low, low: True))
+    cap, truth = gen_m("slow_rollout")
+    assert truth["culprit_ranks"] == [13]
+    named = {tuple(e["culprit_ranks"]) for e in replayed(settings, cap) if e["kind"] == "slow_rank"}
+    assert named == (set() if drill else {(13,)})
