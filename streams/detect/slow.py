@@ -471,11 +471,6 @@ class SlowTracker(StallRules):
         long = self.long = self._comm_ratios(now_ns, stale, latest=False)
         self.coords = coords
         short = self._comm_ratios(now_ns, stale, latest=True)
-        blind_p2p = self._tp_compared(long, coords)
-        for c, res in long.items():
-            for r, v in res.items():
-                if (r, c) not in blind_p2p:
-                    self.low_busy[(r, c)] = min(self.low_busy.get((r, c), np.inf), v[1])
         # in use, but no current busy figures: the rank's finest comm may be missing (judged
         # in a coarser one, its intervals would hold its waits in the finer one's calls) ...
         unknown: dict[int, float] = {}  # rank -> the shortest intervals it had in such a comm
@@ -497,11 +492,13 @@ class SlowTracker(StallRules):
         # healthy past they grow later, and judged there its evidence would restart
         finest: dict[int, tuple[str, tuple]] = {}
         score: dict[int, tuple[bool, float]] = {}
+        blind_p2p = self._tp_compared(long, coords)
         for c, res in long.items():
             for r, v in res.items():
                 if (r, c) in blind_p2p:
                     continue
                 low = min(self.low_busy.get((r, c), np.inf), v[1])
+                self.low_busy[(r, c)] = low
                 if r not in finest or (v[2] < MIN_BUSY_MS, low) < score[r]:
                     finest[r], score[r] = (c, v), (v[2] < MIN_BUSY_MS, low)
         # ... only where that comm's intervals were shorter than those of the comm it would be
