@@ -68,6 +68,7 @@ FRESH_EVAL_NS = 100_000_000  # slow-rank evaluations between the periodic ones (
 # naming their ranks, raised to P0 0.2-0.8 s later)
 DATA_LATE_PERIODS = 1
 DATA_LOST_P2_NS = 30_000_000_000
+AT_ONCE_PERIODS = 1.5  # nodes whose last heartbeats came this many periods apart at most went silent at once
 NODE_GAPS = 8  # a node's latest heartbeat intervals kept (`heard_node`) ...
 NODE_GAPS_MIN = 2  # ... its period learnt from this many (their lower median) ...
 NODE_PERIOD_SLACK = 1.5  # ... where their median is this much over the configured period ...
@@ -96,6 +97,7 @@ class JobState:
     node_ranks: dict[str, set] = field(default_factory=dict)
     node_seen: dict[str, int] = field(default_factory=dict)
     node_joined_ns: int = 0  # when a node was last heard for the first time
+    lost_with: dict[str, str] = field(default_factory=dict)  # a node lost with its ranks -> its incident's key node
     node_gaps: dict[str, list[int]] = field(default_factory=dict)  # node -> its latest heartbeat intervals
     node_period: dict[str, float] = field(default_factory=dict)  # node -> its agent's period, where longer (`heard_node`)
     waits: dict[str, dict] = field(default_factory=dict)
@@ -524,6 +526,7 @@ class JobStage(HangRules, SlowRules, HwRules):
         # behind their clocks run (stage 1, `node_lag.py`): none is judged lost for a period more
         joining = now_ns - js.node_joined_ns < self._node_limit(js) + self.settings.heartbeat_period_s * 1e9
         lost = set()
+        stopped: dict[str, tuple[int, list[int]]] = {}  # node -> (its last heartbeat, its ranks): they stopped too
         gone = self._exited(js) | self._left_all(js)
         ends = self.capture_ends.get(js.job, {})
         for node, seen in sorted(js.node_seen.items()):
@@ -535,26 +538,64 @@ class JobStage(HangRules, SlowRules, HwRules):
             if node in ends and seen >= ends[node] - period:
                 continue  # its last heartbeat in the capture: the capture ended there
             if now_ns - seen >= limit and newest - seen >= limit and (
-                    not joining or ("node_lost", node) in js.book.open):
+                    not joining or ("node_lost", node) in js.book.open or node in js.lost_with):
                 lost.add(node)
-                silent = f"no heartbeat from {node} for {(now_ns - seen) / 1e9:.1f} s ({len(ranks)} ranks)"
-                evidence = {"last_heartbeat_ns": seen, "silent_s": round((now_ns - seen) / 1e9, 1), "onset_ns": seen}
                 alive = self._alive_ns(js, node, set(ranks), now_ns, limit)
-                severity, culprits = "P0", ranks
-                if alive > seen:  # its ranks go on: its agent, or the pipeline from it, is silent
-                    evidence.update(ranks_alive_ns=alive, data_lost=True, ranks=ranks)
-                    silent += (f"; its ranks still complete collectives with other nodes ("
-                               f"{(now_ns - alive) / 1e9:.1f} s ago): its data is lost or late, not its ranks")
-                    severity = "P2" if now_ns - seen >= DATA_LOST_P2_NS else "P3"
-                    culprits = []
-                    if now_ns - seen < limit + DATA_LATE_PERIODS * period and ("node_lost", node) not in js.book.open:
-                        continue  # late, not long: nothing to tell yet (or its ranks stop: a P0)
+                if alive <= seen:
+                    stopped[node] = (seen, ranks)
+                    continue
+                # its ranks go on: its agent, or the pipeline from it, is silent
+                if now_ns - seen < limit + DATA_LATE_PERIODS * period and ("node_lost", node) not in js.book.open:
+                    continue  # late, not long: nothing to tell yet (or its ranks stop: a P0)
+                silent = (f"no heartbeat from {node} for {(now_ns - seen) / 1e9:.1f} s ({len(ranks)} ranks); its "
+                          f"ranks still complete collectives with other nodes ({(now_ns - alive) / 1e9:.1f} s ago): "
+                          f"its data is lost or late, not its ranks")
+                evidence = {"last_heartbeat_ns": seen, "silent_s": round((now_ns - seen) / 1e9, 1), "onset_ns": seen,
+                            "ranks_alive_ns": alive, "data_lost": True, "ranks": ranks}
                 out.extend(js.book.assert_(
-                    ("node_lost", node), now_ns, kind="node_lost", severity=severity, culprit_ranks=culprits,
+                    ("node_lost", node), now_ns, kind="node_lost",
+                    severity="P2" if now_ns - seen >= DATA_LOST_P2_NS else "P3", culprit_ranks=[],
                     culprit_nodes=[node], comm="", summary=silent, evidence=evidence, id_hint=f"{node}-{now_ns}"))
-            elif ("node_lost", node) in js.book.open:
+        groups = self._stopped_together(js, stopped)
+        for node in sorted(js.node_seen):
+            if node not in lost and ("node_lost", node) in js.book.open and node not in groups:
                 out.extend(js.book.resolve(("node_lost", node), now_ns, "its heartbeats came back"))
+        for anchor, nodes in groups.items():
+            seen = min(stopped[n][0] for n in nodes)
+            ranks = sorted(r for n in nodes for r in stopped[n][1])
+            silent = f"no heartbeat from {', '.join(sorted(nodes))} for {(now_ns - seen) / 1e9:.1f} s ({len(ranks)} ranks)"
+            if len(nodes) > 1:
+                silent = (f"{len(nodes)} nodes went silent at once, their ranks with them: {silent}; a cause they "
+                          f"share (a switch, power, their rack) is likely")
+            evidence = {"last_heartbeat_ns": seen, "silent_s": round((now_ns - seen) / 1e9, 1), "onset_ns": seen}
+            if len(nodes) > 1:
+                evidence["nodes_last_heartbeat_ns"] = {n: stopped[n][0] for n in nodes}
+            out.extend(js.book.assert_(
+                ("node_lost", anchor), now_ns, kind="node_lost", severity="P0", culprit_ranks=ranks,
+                culprit_nodes=nodes, comm="", summary=silent, evidence=evidence, id_hint=f"{anchor}-{now_ns}"))
         return lost
+
+    def _stopped_together(self, js: JobState, stopped: dict[str, tuple[int, list[int]]]) -> dict[str, list[str]]:
+        """Nodes lost with their ranks, grouped into one incident each where they went silent at
+        once: a last heartbeat within `AT_ONCE_PERIODS` of a period of the group's first (a top-
+        of-rack switch, a power feed or a rack dying takes its nodes down together: one cause,
+        one P0, as a hang's blocked comms are one). A node stays in the group it joined while
+        it is lost; the group's incident keeps the key of its first node. Returns the key node
+        -> the group's nodes (those lost now); `js.lost_with` keeps node -> key node."""
+        groups: dict[str, list[str]] = {}
+        onset: dict[str, int] = {}
+        for node in sorted(stopped, key=lambda n: (stopped[n][0], n)):
+            seen = stopped[node][0]
+            anchor = js.lost_with.get(node)
+            if anchor is None or ("node_lost", anchor) not in js.book.open:
+                anchor = node if ("node_lost", node) in js.book.open else None
+            if anchor is None:
+                slack = AT_ONCE_PERIODS * self.period_ns(js, node)
+                anchor = next((a for a, t in onset.items() if abs(seen - t) <= slack), node)
+            groups.setdefault(anchor, []).append(node)
+            onset[anchor] = min(onset.get(anchor, seen), seen)
+        js.lost_with = {n: a for a, nodes in groups.items() for n in nodes}
+        return groups
 
     @staticmethod
     def _alive_ns(js: JobState, node: str, ranks: set[int], now_ns: int, limit: float) -> int:

@@ -148,6 +148,46 @@ def test_node_lost_after_three_silent_periods_and_resolves(settings):
     assert back["evidence"]["resolved_reason"] == "cleared"
 
 
+RACK = {0: "n0", 1: "n0", 2: "n1", 3: "n1", 4: "n2", 5: "n2", 6: "n3", 7: "n3"}
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_nodes_that_go_silent_at_once_are_one_p0(settings, monkeypatch, drill):
+    """The fourteenth generator's rack whose top-of-rack switch dies: its four nodes' agents
+    and ranks stop at once, and each node was a P0 of its own (four pages for one cause).
+    Nodes whose last heartbeats came within `AT_ONCE_PERIODS` periods of each other are one
+    incident naming them all: here n1 and n2, silent from the same second (n2 one heartbeat
+    later; rank 4 is in no comm, so not known to run there), the hang of the survivors covered by it. Drill: never grouped (two P0s)."""
+    if drill:
+        monkeypatch.setattr(job_stage, "AT_ONCE_PERIODS", -1.0)
+    j = HandJob(settings, {TP: [0, 1, 2, 3], DP: [1, 3, 5, 7]}, RACK)
+    steps(j, 4)
+    t = j.now
+    j.beat(t + S, silent_nodes=("n1",))
+    j.now = t + S
+    j.heartbeats(t + 8 * S, silent_nodes=("n1", "n2"))
+    pages = [i for i in j.incidents if i["severity"] in ("P0", "P1") and i["status"] == "open"]
+    if drill:
+        assert sorted(i["culprit_nodes"][0] for i in pages) == ["n1", "n2"]
+        return
+    (inc,) = pages
+    events = [i for i in j.incidents if i["incident"] == inc["incident"]]
+    assert inc["kind"] == "node_lost" and events[-1]["culprit_nodes"] == ["n1", "n2"]
+    assert events[-1]["culprit_ranks"] == [2, 3, 5] and "2 nodes went silent at once" in events[-1]["summary"]
+    assert inc["evidence"]["onset_ns"] == t
+
+
+def test_nodes_lost_far_apart_are_two_incidents(settings):
+    """Two nodes lost 20 s apart are two faults: two P0s, each naming its own node."""
+    j = HandJob(settings, {TP: [0, 1, 2, 3], DP: [1, 3, 5, 7]}, RACK)
+    steps(j, 4)
+    j.heartbeats(j.now + 20 * S, silent_nodes=("n1",))
+    j.heartbeats(j.now + 8 * S, silent_nodes=("n1", "n2"))
+    pages = sorted(tuple(i["culprit_nodes"]) for i in j.incidents if i["severity"] == "P0" and i["status"] == "open")
+    assert pages == [("n1",), ("n2",)]
+    assert all(len(i["culprit_nodes"]) == 1 for i in j.incidents if i["kind"] == "node_lost")
+
+
 @pytest.mark.parametrize("drill", [False, True])
 def test_a_node_whose_agent_heartbeats_less_often_is_judged_by_its_own_period(settings, gen_i, monkeypatch, drill):
     """The ninth generator's job (TP 4 x PP 2 x DP 4, GPU-timed) whose four node agents send
