@@ -13,6 +13,7 @@ and its summary ends with "[resolved: ...]" in words.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 
 @dataclass
@@ -124,6 +125,30 @@ class IncidentBook:
                 inc.id, inc.opened_ns, inc.severity = old_id, opened_ns, min(inc.severity, severity)
                 return True
         return False
+
+    def together(self, onsets: dict, slack_of: Callable[[object], float], was: dict, key_of: Callable[[object], tuple]
+                 ) -> dict:
+        """Members of one condition (lost nodes, GPUs whose clocks fell) grouped into one
+        incident each where they began at once: an onset within `slack_of(member)` of the
+        group's first (one cause takes them down together: a rack's switch or power). A
+        member stays in the group it joined while that group's incident (`key_of(first
+        member)`) is open, and one whose own key is open heads its own. `onsets`: member ->
+        when its condition began; `was`: member -> its group's first member, kept up to date
+        here. Returns the first member -> the group's members (those in `onsets`)."""
+        groups: dict = {}
+        onset: dict = {}
+        for m in sorted(onsets, key=lambda m: (onsets[m], m)):
+            t = onsets[m]
+            head = was.get(m)
+            if head is None or key_of(head) not in self.open:
+                head = m if key_of(m) in self.open else None
+            if head is None:
+                head = next((h for h, t0 in onset.items() if abs(t - t0) <= slack_of(m)), m)
+            groups.setdefault(head, []).append(m)
+            onset[head] = min(onset.get(head, t), t)
+        was.clear()
+        was.update({m: h for h, ms in groups.items() for m in ms})
+        return groups
 
     def of_kind(self, kind: str) -> list[Incident]:
         return [i for i in self.open.values() if i.kind == kind]

@@ -4,7 +4,8 @@
   span the same nodes and nothing tells their links apart, unless the nodes' InfiniBand
   symbol errors rose lately on one or two of them: those are named).
 - `hw_fault` (XID / ECC deltas, SM clock far below the job's, a GPU that stops answering
-  NVML, a completion path stuck while the job still progresses).
+  NVML, a completion path stuck while the job still progresses). GPUs whose clocks fell at
+  once (`HW_AT_ONCE_NS`: a rack's power cap, a node's cooling) are one notice naming them all.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ if TYPE_CHECKING:
 HW_CLOCK_RATIO = 0.85  # SM clock below this share of the job's median is an anomaly
 HW_HOLD_NS = 10_000_000_000  # a hardware anomaly this old with no slowdown is a hw_fault
 STUCK_HW_NS = 30_000_000_000  # a stuck completion path while the job progresses: a hw_fault after this
-IB_ERRORS_RECENT_NS = 60_000_000_000  # a node whose IB symbol errors rose this recently is a slow link's suspect
+IB_ERRORS_RECENT_NS = 60_000_000_000
+HW_AT_ONCE_NS = 5_000_000_000  # GPUs whose clocks fell this close together are one notice
+HW_EVIDENCE = ("sm_clock_mhz", "throttle_reasons", "xid", "ecc_dbe", "temp_c", "nvml_timeout")  # a node whose IB symbol errors rose this recently is a slow link's suspect
 
 
 class HwRules:
@@ -83,6 +86,7 @@ class HwRules:
         med = statistics.median(clocks.values()) if len(clocks) >= 4 else 0.0
         slow_ranks = {r for inc in js.book.of_kind("slow_rank") for r in inc.culprit_ranks}
         hung = set(js.book.open[("hang",)].culprit_ranks) if ("hang",) in js.book.open else set()
+        low: dict[tuple[str, int], int] = {}  # GPUs whose only anomaly is a low clock, held: -> since
         for (node, rank), s in sorted(js.hw.items()):
             if rank in slow_ranks:
                 continue
@@ -100,16 +104,40 @@ class HwRules:
                 js.hw_since.pop((node, rank), None)
                 continue
             since = js.hw_since.setdefault((node, rank), now_ns)
-            if now_ns - since < HW_HOLD_NS and not (s.get("xid") or s.get("ecc_dbe") or s.get("nvml_timeout")):
-                continue  # give a slowdown time to show: then it is a slow_rank with evidence
-            sev = "P2" if s.get("xid") or s.get("ecc_dbe") or s.get("nvml_timeout") else "P3"
+            if not (s.get("xid") or s.get("ecc_dbe") or s.get("nvml_timeout")):
+                if now_ns - since >= HW_HOLD_NS:  # a slowdown had time to show: then it is a slow_rank with evidence
+                    low[(node, rank)] = since
+                continue
             out.extend(js.book.assert_(
-                ("hw_fault", node, rank), now_ns, kind="hw_fault", severity=sev,
+                ("hw_fault", node, rank), now_ns, kind="hw_fault", severity="P2",
                 culprit_ranks=[rank] if rank >= 0 else [], culprit_nodes=[node], comm="",
                 summary=f"{node}{f' rank {rank}' if rank >= 0 else ''}: {'; '.join(why)}",
-                evidence={k: s[k] for k in ("sm_clock_mhz", "throttle_reasons", "xid", "ecc_dbe", "temp_c",
-                                            "nvml_timeout") if k in s},
-                id_hint=f"{node}-{rank}-{now_ns}"))
+                evidence={k: s[k] for k in HW_EVIDENCE if k in s}, id_hint=f"{node}-{rank}-{now_ns}"))
+        for key, inc in list(js.book.open.items()):  # named slow since: the clocks are that incident's evidence
+            if key[0] == "hw_fault" and len(key) == 3 and inc.culprit_ranks and set(inc.culprit_ranks) <= slow_ranks:
+                out.extend(js.book.resolve(key, now_ns, "its GPUs are named in a slow_rank incident, whose evidence "
+                                                        "holds their clocks"))
+        # clocks that fell at once (a rack's or a node's power cap, its cooling): one notice for them
+        groups = js.book.together(low, lambda _: HW_AT_ONCE_NS, js.hw_with, lambda g: ("hw_fault",) + g)
+        for (node, rank), gpus in groups.items():
+            if len(gpus) == 1:
+                s = js.hw[gpus[0]]
+                summary = f"{node} rank {rank}: SM clock {s['sm_clock_mhz']:.0f} MHz vs {med:.0f} MHz on peers"
+                evidence = {k: s[k] for k in HW_EVIDENCE if k in s}
+            else:
+                mhz = {r: js.hw[(n, r)]["sm_clock_mhz"] for n, r in gpus}
+                nodes = sorted({n for n, _ in gpus})
+                reasons = sorted({str(js.hw[g]["throttle_reasons"]) for g in gpus if "throttle_reasons" in js.hw[g]})
+                summary = (f"SM clocks fell at once on {len(gpus)} GPUs of {len(nodes)} node(s) ({', '.join(nodes)}): "
+                           f"{min(mhz.values()):.0f}-{max(mhz.values()):.0f} MHz vs {med:.0f} MHz on peers; a cause "
+                           f"they share (power capping, cooling) is likely")
+                evidence = {"sm_clock_mhz": {str(r): v for r, v in sorted(mhz.items())},
+                            "peers_sm_clock_mhz": med, "throttle_reasons": reasons,
+                            "temp_c": max((js.hw[g].get("temp_c") or 0) for g in gpus)}
+            out.extend(js.book.assert_(
+                ("hw_fault", node, rank), now_ns, kind="hw_fault", severity="P3",
+                culprit_ranks=sorted(r for _, r in gpus), culprit_nodes=sorted({n for n, _ in gpus}), comm="",
+                summary=summary, evidence=evidence, id_hint=f"{node}-{rank}-{now_ns}"))
         for rank, (done, peers, comm) in sorted(self._stuck(js, now_ns).items()):
             if rank in hung:
                 continue

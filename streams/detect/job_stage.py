@@ -14,7 +14,8 @@ hardware). Time is the job's own event time handed in (`now_of(job)`).
 - The threshold follows the job's cadence: max(`hang_floor_s`, `hang_gap_factor` x the
   longest normal silence of a comm's members (p99), `hang_step_factor` x the median step);
   a root's silence is held against each rank's busiest comm's instead (`_silence`).
-- `node_lost` (P0): a node's heartbeats stop while other nodes of the job still report; while
+- `node_lost` (P0): a node's heartbeats stop while other nodes of the job still report (nodes
+  that go silent at once, their ranks with them, are one incident: `AT_ONCE_PERIODS`); while
   other nodes still complete collectives with its ranks in them (its data is late or lost, not
   its ranks), P3 naming the node and no rank a period later (`DATA_LATE_PERIODS`), P2 once
   that lasts `DATA_LOST_P2_NS`.
@@ -106,6 +107,7 @@ class JobState:
     members: dict[str, set] = field(default_factory=dict)
     hw: dict[tuple[str, int], dict] = field(default_factory=dict)
     hw_since: dict[tuple[str, int], int] = field(default_factory=dict)
+    hw_with: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict)  # a GPU's low clock -> its notice's first GPU
     ib_errors: dict[str, list[int]] = field(default_factory=dict)  # node -> [symbol errors, when they last rose]
     last_tick: int = 0
     last_slow_eval: int = 0
@@ -556,7 +558,10 @@ class JobStage(HangRules, SlowRules, HwRules):
                     ("node_lost", node), now_ns, kind="node_lost",
                     severity="P2" if now_ns - seen >= DATA_LOST_P2_NS else "P3", culprit_ranks=[],
                     culprit_nodes=[node], comm="", summary=silent, evidence=evidence, id_hint=f"{node}-{now_ns}"))
-        groups = self._stopped_together(js, stopped)
+        # one cause takes a rack's nodes down together (its switch, its power): one P0 for them
+        groups = js.book.together({n: v[0] for n, v in stopped.items()},
+                                  lambda n: AT_ONCE_PERIODS * self.period_ns(js, n), js.lost_with,
+                                  lambda n: ("node_lost", n))
         for node in sorted(js.node_seen):
             if node not in lost and ("node_lost", node) in js.book.open and node not in groups:
                 out.extend(js.book.resolve(("node_lost", node), now_ns, "its heartbeats came back"))
@@ -574,28 +579,6 @@ class JobStage(HangRules, SlowRules, HwRules):
                 ("node_lost", anchor), now_ns, kind="node_lost", severity="P0", culprit_ranks=ranks,
                 culprit_nodes=nodes, comm="", summary=silent, evidence=evidence, id_hint=f"{anchor}-{now_ns}"))
         return lost
-
-    def _stopped_together(self, js: JobState, stopped: dict[str, tuple[int, list[int]]]) -> dict[str, list[str]]:
-        """Nodes lost with their ranks, grouped into one incident each where they went silent at
-        once: a last heartbeat within `AT_ONCE_PERIODS` of a period of the group's first (a top-
-        of-rack switch, a power feed or a rack dying takes its nodes down together: one cause,
-        one P0, as a hang's blocked comms are one). A node stays in the group it joined while
-        it is lost; the group's incident keeps the key of its first node. Returns the key node
-        -> the group's nodes (those lost now); `js.lost_with` keeps node -> key node."""
-        groups: dict[str, list[str]] = {}
-        onset: dict[str, int] = {}
-        for node in sorted(stopped, key=lambda n: (stopped[n][0], n)):
-            seen = stopped[node][0]
-            anchor = js.lost_with.get(node)
-            if anchor is None or ("node_lost", anchor) not in js.book.open:
-                anchor = node if ("node_lost", node) in js.book.open else None
-            if anchor is None:
-                slack = AT_ONCE_PERIODS * self.period_ns(js, node)
-                anchor = next((a for a, t in onset.items() if abs(seen - t) <= slack), node)
-            groups.setdefault(anchor, []).append(node)
-            onset[anchor] = min(onset.get(anchor, seen), seen)
-        js.lost_with = {n: a for a, nodes in groups.items() for n in nodes}
-        return groups
 
     @staticmethod
     def _alive_ns(js: JobState, node: str, ranks: set[int], now_ns: int, limit: float) -> int:

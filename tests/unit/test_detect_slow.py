@@ -93,6 +93,40 @@ def test_hw_anomaly_without_impact_is_hw_fault(settings):
     assert inc["kind"] == "hw_fault" and inc["culprit_ranks"] == [6] and inc["severity"] == "P3"
 
 
+def _clocks(j, low: dict[int, int]) -> None:
+    for r, node in NODES.items():
+        hw = {"v": 1, "job": "j1", "node": node, "ts_ns": j.now, "rank": r, "sm_clock_mhz": low.get(r, 1980)}
+        j.send(Message(topics.HW, "j1", j.now, json.dumps(hw).encode()))
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_clocks_that_fall_at_once_are_one_hw_fault(settings, monkeypatch, drill):
+    """The fourteenth generator's power-capped rack had one P3 hw_fault per GPU (24-31 of
+    them). GPUs whose clocks fell together (within `HW_AT_ONCE_NS`) are one notice naming them
+    all; one whose clock falls 20 s later is another. Drill: never grouped (one per GPU)."""
+    from commwatch.streams.detect import job_hw
+
+    if drill:
+        monkeypatch.setattr(job_hw, "HW_AT_ONCE_NS", -1)
+    j = HandJob(settings, COMMS, NODES)
+    steps(j, 3)
+    _clocks(j, {2: 1300, 6: 1200, 7: 1250})
+    steps(j, 12)
+    first = [(i["culprit_ranks"], i["culprit_nodes"]) for i in j.opened("hw_fault")]
+    if drill:
+        assert sorted(first) == [([2], ["n0"]), ([6], ["n1"]), ([7], ["n1"])]
+        return
+    assert first == [([2, 6, 7], ["n0", "n1"])]
+    (inc,) = j.opened("hw_fault")
+    assert inc["severity"] == "P3" and "3 GPUs of 2 node(s)" in inc["summary"]
+    assert inc["evidence"]["sm_clock_mhz"] == {"2": 1300, "6": 1200, "7": 1250}
+    steps(j, 8)
+    _clocks(j, {2: 1300, 6: 1200, 7: 1250, 0: 1100})
+    steps(j, 12)
+    later = [(i["culprit_ranks"], i["status"]) for i in j.incidents if i["kind"] == "hw_fault"]
+    assert later == [([2, 6, 7], "open"), ([0], "open")]
+
+
 def test_slow_link_names_the_pair_no_healthy_comm_spans(settings):
     # a ring over n0, n1, n2 is slow; the n0-n1 and n0-n2 comms are not: the n1-n2 link is to blame
     nodes = {0: "n0", 1: "n0", 2: "n1", 3: "n1", 4: "n2", 5: "n2"}
