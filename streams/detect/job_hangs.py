@@ -4,7 +4,9 @@
   every comm's reports tell (`JobStage.as_of`), from the ranks waiting in blocked instances to
   the roots; silent, exited, torn-down and stuck roots; its evidence updated in place.
 - `comm_hang` (P0): a blocked instance that every member entered, none of them held by
-  anything older, and none completes.
+  anything older, and none completes. Its members look alike in the call records; where the
+  InfiniBand symbol errors of one or two of its nodes rose lately, that link is the suspect:
+  those nodes and their members are named.
 - `job_stalled` (P2): nobody inside a blocked call and no progress for far longer than usual.
 - A hang or a stall like one that ended by itself before (the same silent roots; a job-wide
   stall) is a routine, not reported while it lasts under twice the longest seen
@@ -138,15 +140,24 @@ class HangRules:
             x = min(comm_roots, key=lambda i: (i.since_ns, i.comm))
             nodes = sorted({n for i in comm_roots for n in js.comms.get(i.comm, {}).get("nodes", ())})
             age = (at - x.since_ns) / 1e9
+            summary = (f"all {len(x.entered)} members entered {x.op} #{x.seq} on comm {x.comm[:4]}.. and none "
+                       f"completes for {age:.1f} s (nodes {', '.join(nodes) or '?'})")
+            evidence = {"seq": x.seq, "op": x.op, "waited_s": round(age, 1), "ranks": sorted(x.entered)[:64],
+                        "comms": [i.comm for i in comm_roots][:16], "threshold_s": round(thr / 1e9, 2),
+                        "onset_ns": int(x.since_ns)}
+            culprits: list[int] = []
+            # the call records cannot tell whose link died (every member looks alike); the nodes'
+            # InfiniBand counters can: symbol errors that rose lately on one or two of its nodes
+            erring = self._ib_erring(js, nodes, now_ns)
+            if 1 <= len(erring) <= 2 and len(erring) < len(nodes):
+                culprits = sorted({r for i in comm_roots for r in i.entered if js.node_of.get(r) in erring})
+                evidence.update(candidate_nodes=nodes, ib_symbol_errors={n: js.ib_errors[n][0] for n in erring})
+                summary += (f"; InfiniBand symbol errors rose lately on {', '.join(erring)} only: its link is the "
+                            f"suspect (ranks {', '.join(map(str, culprits))} there)")
+                nodes = erring
             out.extend(js.book.assert_(
-                ("comm_hang",), now_ns, kind="comm_hang", severity="P0", culprit_ranks=[], culprit_nodes=nodes,
-                comm=x.comm,
-                summary=f"all {len(x.entered)} members entered {x.op} #{x.seq} on comm {x.comm[:4]}.. and none "
-                        f"completes for {age:.1f} s (nodes {', '.join(nodes) or '?'})",
-                evidence={"seq": x.seq, "op": x.op, "waited_s": round(age, 1), "ranks": sorted(x.entered)[:64],
-                          "comms": [i.comm for i in comm_roots][:16], "threshold_s": round(thr / 1e9, 2),
-                          "onset_ns": int(x.since_ns)},
-                id_hint=f"{x.comm}-{x.seq}"))
+                ("comm_hang",), now_ns, kind="comm_hang", severity="P0", culprit_ranks=culprits, culprit_nodes=nodes,
+                comm=x.comm, summary=summary, evidence=evidence, id_hint=f"{x.comm}-{x.seq}"))
 
     @staticmethod
     def _hold_key(roots: list) -> tuple | None:

@@ -35,6 +35,11 @@ class HwRules:
         return any(key[0] == "slow_link" for key in js.book.open)
 
     @staticmethod
+    def _ib_erring(js: JobState, nodes: list[str], now_ns: int) -> list[str]:
+        """Of `nodes`, those whose InfiniBand symbol errors rose within `IB_ERRORS_RECENT_NS`."""
+        return [n for n in nodes if now_ns - js.ib_errors.get(n, (0, -IB_ERRORS_RECENT_NS))[1] < IB_ERRORS_RECENT_NS]
+
+    @staticmethod
     def _link_key(js: JobState, nodes: list[str]) -> tuple:
         """The incident key of a slow link between `nodes`: an open slow-link incident of any
         of them, as its nodes are narrowed down or widened (one incident per fault), else
@@ -54,7 +59,7 @@ class HwRules:
         if all(h["nodes"] == nodes for h in links) and len(nodes) == 1:
             summary = (f"transfers slow on {len(links)} comm(s) inside {nodes[0]} (its NVLink, NVSwitch or PCIe "
                        f"path); no rank is slow")
-        erring = [n for n in nodes if now_ns - js.ib_errors.get(n, (0, -IB_ERRORS_RECENT_NS))[1] < IB_ERRORS_RECENT_NS]
+        erring = cls._ib_erring(js, nodes, now_ns)
         if len(nodes) > 2 and 1 <= len(erring) <= 2:  # the nodes' link counters tell which link
             evidence.update(candidate_nodes=nodes, ib_symbol_errors={n: js.ib_errors[n][0] for n in erring})
             summary = (f"transfers slow on {len(links)} comm(s) spanning {len(nodes)} nodes; no rank is slow, "

@@ -1,11 +1,14 @@
 """Hang, comm_hang, node_lost, job_stalled and checkpoint pauses on hand-made jobs."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from commwatch import topics
+from commwatch.capture import Message
 from commwatch.messages import validate_incident
 from commwatch.streams.detect import job_stage
 from detect_jobs import MS, S, HandJob, replayed, steps
@@ -131,6 +134,38 @@ def test_a_job_wide_pause_is_shown_in_the_job_health_while_it_lasts(settings):
     assert "paused 20 s" in job_lines(health, False)[0][0]
     _timed_steps(j, 2)
     assert j.det.health("j1")["step"]["paused_s"] is None and j.opened() == []
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_comm_hang_names_the_node_whose_infiniband_errors_rose(settings, monkeypatch, drill):
+    """The fourteenth generator's NIC dying inside a data-parallel all-reduce: every member
+    entered, none completes, and they look alike in the call records; the node agents'
+    InfiniBand counters tell which link: symbol errors rising on n1 alone. The comm_hang names
+    n1 and its member (rank 4), the other nodes as candidates. Drill: counters not read
+    (`IB_ERRORS_RECENT_NS` 0): no rank named."""
+    from commwatch.streams.detect import job_hw
+
+    if drill:
+        monkeypatch.setattr(job_hw, "IB_ERRORS_RECENT_NS", 0)
+    j = _job(settings)
+    steps(j, 8)
+    for errors in (0, 40, 300):  # n1's errors rise; n0's stay
+        for node in ("n0", "n1"):
+            hw = {"v": 1, "job": "j1", "node": node, "ts_ns": j.now,
+                  "ib": {"mlx5_0": {"symbol_errors": errors if node == "n1" else 3}}}
+            j.send(Message(topics.HW, "j1", j.now, json.dumps(hw).encode()))
+        steps(j, 1)
+    t = j.now + S
+    j.collective(DP, j.state[(DP, 3)][0] + 1, {3: t, 4: t + MS}, None)
+    j.heartbeats(t + 12 * S)
+    (inc,) = j.opened()
+    assert inc["kind"] == "comm_hang" and inc["comm"] == f"{DP:016x}"
+    if drill:
+        assert inc["culprit_ranks"] == [] and inc["culprit_nodes"] == ["n0", "n1"]
+        return
+    assert inc["culprit_ranks"] == [4] and inc["culprit_nodes"] == ["n1"]
+    assert inc["evidence"]["candidate_nodes"] == ["n0", "n1"] and inc["evidence"]["ib_symbol_errors"] == {"n1": 300}
+    assert "symbol errors rose lately on n1 only" in inc["summary"]
 
 
 def test_node_lost_after_three_silent_periods_and_resolves(settings):
