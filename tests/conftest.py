@@ -189,3 +189,10 @@ def gen_m(tmp_path_factory):
     """A capture of the thirteenth independent generator (`tests/independent/rl`) and its truth
     (its default base seed 1)."""
     return _scenario_truth(tmp_path_factory, "rl", 1)
+
+
+@pytest.fixture(scope="session")
+def gen_n(tmp_path_factory):
+    """A capture of the fourteenth independent generator (`tests/independent/infra`) and its
+    truth (its default base seed 1)."""
+    return _scenario_truth(tmp_path_factory, "infra", 1)

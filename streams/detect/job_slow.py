@@ -277,7 +277,7 @@ class SlowRules:
             return since is not None and since <= settled + slack
         return m.slow_throughout(settled + slack)
 
-    def _felt(self, js: JobState, ev: dict, open_, ranks: list[int], now_ns: int) -> float:
+    def _felt(self, js: JobState, ev: dict, open_, ranks: list[int], now_ns: int, alone: bool = False) -> float:
         """The share of the job's time a slow rank costs, as its severity and summary give it:
         what the collectives claim, but no more than `UNFELT_SHARE` x what the job's own
         iterations lost since it was found (its incident opened), where the job reports them
@@ -297,8 +297,16 @@ class SlowRules:
         impact = ev["impact"]
         steps = js.steps
         since = open_.opened_ns if open_ is not None else ev.get("onset_ns", 0)
-        if ev.get("signal") == "phases" or (
-                (len(ranks) == 1 or ev.get("group")) and self._in_baseline(js, ranks[0], ev, now_ns)):
+        if ev.get("signal") == "phases":
+            # its slowest phase's excess, where its peers wait for it in no other phase; a slow
+            # node's TP group, whose data-parallel peers wait for it inside backward, costs the
+            # job more than its forward pass: where it is the job's one slow unit, its steps'
+            # loss since it was found is its cost (the fourteenth generator's node ramping to
+            # 1.6x: "the job loses ~5 %" from its forward pass, its steps 18 % over baseline)
+            loss = steps.loss_since(since) if alone and ev.get("group") and steps.settled_ns is not None and (
+                since >= steps.settled_ns) else None
+            return impact if loss is None else max(impact, min(1.0, loss))
+        if (len(ranks) == 1 or ev.get("group")) and self._in_baseline(js, ranks[0], ev, now_ns):
             return impact
         if steps.settled_ns is None or since < steps.settled_ns:
             m = js.slow.models.get(ranks[0]) if len(ranks) == 1 and not ev.get("group") else None
@@ -440,8 +448,8 @@ class SlowRules:
         self._unjudged(js, {key for key, _, _ in units}, now_ns)
         for key, ranks, ev in units:
             open_ = js.book.open.get(key)
-            impact = self._felt(js, ev, open_, ranks, now_ns)
-            if impact < ev["impact"]:
+            impact = self._felt(js, ev, open_, ranks, now_ns, len(units) == 1)
+            if impact != ev["impact"]:
                 ev = {**ev, "impact": round(impact, 4), "impact_claimed": ev["impact"]}
             # how long it lasts counts as much as what it costs: a slowdown that clears within
             # seconds is worth no ticket. The eighth generator's MoE routing noise (each expert

@@ -641,3 +641,22 @@ def test_a_peer_that_waited_in_its_phases_is_not_named_once_the_slow_rank_recove
     events = replayed(settings, cap, truth["t0_ns"] + 460 * 10**9)
     named = {r for e in events if e["kind"] == "slow_rank" for r in e["culprit_ranks"]}
     assert named == ({0, 1} if drill else {1})
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_slow_node_whose_peers_wait_in_backward_costs_what_the_job_lost(settings, gen_n, monkeypatch, drill):
+    """The fourteenth generator's node whose 8 GPUs ramp from 1.0x to 1.6x (thermal), TP 8 x
+    PP 2 x DP 6: its TP group, slow as a whole, was named by its forward pass alone ("the job
+    loses ~5 %"), its data-parallel peers waiting for it inside backward, while the job's steps
+    ran 18-21 % over their baseline: a P3 to the end. As the job's one slow unit, it costs what
+    the steps lost since it was found: P2 once that holds 20 % for 10 s. Drill: the steps' loss
+    not known (`loss_since` None): P3 only."""
+    if drill:
+        monkeypatch.setattr(StepTracker, "loss_since", lambda self, since_ns: None)
+    cap, truth = gen_n("k1-cooling-ramp")
+    assert truth["faults"][0]["culprit_ranks"] == list(range(48, 56))
+    events = [e for e in replayed(settings, cap) if e["kind"] == "slow_rank"]
+    assert {tuple(e["culprit_ranks"]) for e in events} == {tuple(range(48, 56))}
+    assert {e["severity"] for e in events} == ({"P3"} if drill else {"P3", "P2"})
+    if not drill:
+        assert all(e["evidence"]["impact"] >= 0.15 for e in events), [e["evidence"]["impact"] for e in events]
