@@ -543,8 +543,9 @@ class JobStage(HangRules, SlowRules, HwRules):
                     not joining or ("node_lost", node) in js.book.open or node in js.lost_with):
                 lost.add(node)
                 alive = self._alive_ns(js, node, set(ranks), now_ns, limit)
-                if alive <= seen:
-                    stopped[node] = (seen, ranks)
+                head = js.lost_with.get(node)
+                if alive <= seen or (head is not None and sum(h == head for h in js.lost_with.values()) > 1):
+                    stopped[node] = (seen, ranks)  # (a node lost with others stays in their incident)
                     continue
                 # its ranks go on: its agent, or the pipeline from it, is silent
                 if now_ns - seen < limit + DATA_LATE_PERIODS * period and ("node_lost", node) not in js.book.open:
