@@ -93,8 +93,6 @@ class HwRules:
         hung = set(js.book.open[("hang",)].culprit_ranks) if ("hang",) in js.book.open else set()
         low: dict[tuple[str, int], int] = {}  # GPUs whose only anomaly is a low clock, held: -> since
         for (node, rank), s in sorted(js.hw.items()):
-            if rank in slow_ranks:
-                continue
             why = []
             if s.get("xid"):
                 why.append(f"XID {s['xid']}")
@@ -108,7 +106,9 @@ class HwRules:
             if not why:
                 js.hw_since.pop((node, rank), None)
                 continue
-            since = js.hw_since.setdefault((node, rank), now_ns)
+            since = js.hw_since.setdefault((node, rank), now_ns)  # kept for slow ranks too (`_clock_mates`)
+            if rank in slow_ranks:
+                continue
             if not (s.get("xid") or s.get("ecc_dbe") or s.get("nvml_timeout")):
                 if now_ns - since >= HW_HOLD_NS:  # a slowdown had time to show: then it is a slow_rank with evidence
                     low[(node, rank)] = since

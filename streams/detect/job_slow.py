@@ -13,12 +13,14 @@ import statistics
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from commwatch.streams.detect.job_hw import HW_AT_ONCE_NS
 from commwatch.streams.detect.steps import KEEP_ITERATIONS, LOCAL_LOSS, tp_group
 
 if TYPE_CHECKING:
     from commwatch.streams.detect.job_stage import JobState
 
 HW_SLOW_EVIDENCE_RATIO = 0.95
+CLOCK_ALIKE = 0.1  # GPUs whose clocks fell at once to within this share of a slow group's are slowed with it
 P1_AFTER_NS = 10_000_000_000  # a slow rank costing half the job's time is P1 once it lasts this long
 P2_AFTER_NS = 10_000_000_000  # one costing a fifth of it is P2 once it lasts this long (P3 before; half of it: P2 at once)
 # ... in a job whose slow ranks come and go (another one's incident faded within `MOVING_NS`),
@@ -277,6 +279,25 @@ class SlowRules:
             return since is not None and since <= settled + slack
         return m.slow_throughout(settled + slack)
 
+    @staticmethod
+    def _clock_mates(js: JobState, ranks: list[int], low: dict[int, float], clocks: dict[int, float],
+                     hung: set[int]) -> set[int]:
+        """GPUs named nowhere whose SM clocks fell at once with a slow group's (within
+        `HW_AT_ONCE_NS` of its first, `JobState.hw_since`), to as low (within `CLOCK_ALIKE`):
+        one cause (a rack's power cap, its cooling) slows them alike, and their incident is
+        the group's. Their phases may not show it on their own: the fourteenth generator's
+        capped rack, two whole data-parallel replicas, had one TP group of four named (its
+        peers' local phases stray too much to call the others slow as a whole) and the other
+        24 GPUs in a clock notice."""
+        since = [t for (_, r), t in js.hw_since.items() if r in low]
+        if not since:
+            return set()
+        first, level = min(since), statistics.median(low.values())
+        named = {r for inc in js.book.of_kind("slow_rank") for r in inc.culprit_ranks}
+        return {r for (_, r), t in js.hw_since.items()
+                if r >= 0 and r not in ranks and r not in named and r not in hung and clocks.get(r)
+                and abs(t - first) <= HW_AT_ONCE_NS and abs(clocks[r] / level - 1.0) <= CLOCK_ALIKE}
+
     def _felt(self, js: JobState, ev: dict, open_, ranks: list[int], now_ns: int, alone: bool = False) -> float:
         """The share of the job's time a slow rank costs, as its severity and summary give it:
         what the collectives claim, but no more than `UNFELT_SHARE` x what the job's own
@@ -473,6 +494,12 @@ class SlowRules:
                 sev = min(sev, open_.severity)  # severity only rises while open: no flapping updates
             low = {r: clocks[r] for r in ranks if clocks.get(r) and med_clock
                    and clocks[r] < HW_SLOW_EVIDENCE_RATIO * med_clock}
+            if low and len(ranks) > 1:
+                mates = self._clock_mates(js, ranks, low, clocks, hung)
+                if mates:
+                    ranks = sorted(set(ranks) | mates)
+                    low.update({r: clocks[r] for r in mates})
+                    ev = {**ev, "ranks": ranks}
             if low:
                 ev = {**ev, "sm_clock_mhz": min(low.values()), "peers_sm_clock_mhz": med_clock}
                 if len(ranks) > 1:

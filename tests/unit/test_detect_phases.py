@@ -660,3 +660,21 @@ def test_a_slow_node_whose_peers_wait_in_backward_costs_what_the_job_lost(settin
     assert {e["severity"] for e in events} == ({"P3"} if drill else {"P3", "P2"})
     if not drill:
         assert all(e["evidence"]["impact"] >= 0.15 for e in events), [e["evidence"]["impact"] for e in events]
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_gpus_whose_clocks_fell_with_a_slow_group_join_its_incident(settings, gen_n, monkeypatch, drill):
+    """The fourteenth generator's power-capped rack (its 32 GPUs 1.3x, two whole data-parallel
+    replicas of a TP 8 x PP 2 x DP 6 job, NVML clocks 1515-1530 MHz against 1980): one TP group
+    was named by its phases, the other 24 GPUs only in a clock notice. GPUs whose clocks fell
+    at once with a slow group's, as low, are slowed with it: one incident naming the rack.
+    Drill: never alike (`CLOCK_ALIKE` < 0): 8 of the 32."""
+    if drill:
+        monkeypatch.setattr(job_slow, "CLOCK_ALIKE", -1.0)
+    cap, truth = gen_n("p1-rack-powercap")
+    rack = truth["faults"][0]["culprit_ranks"]
+    assert rack == list(range(32, 64))
+    events = [e for e in replayed(settings, cap) if e["kind"] == "slow_rank"]
+    assert len({e["incident"] for e in events}) == 1
+    named = set().union(*(e["culprit_ranks"] for e in events))
+    assert named == (set(range(48, 56)) if drill else set(rack))
