@@ -13,7 +13,7 @@ import statistics
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from commwatch.streams.detect.job_hw import HW_AT_ONCE_NS
+from commwatch.streams.detect.job_hw import HW_AT_ONCE_NS, HW_CLOCK_RATIO
 from commwatch.streams.detect.steps import KEEP_ITERATIONS, LOCAL_LOSS, tp_group
 
 if TYPE_CHECKING:
@@ -278,6 +278,16 @@ class SlowRules:
             since = js.slow.group_since.get(ev["group"])
             return since is not None and since <= settled + slack
         return m.slow_throughout(settled + slack)
+
+    @staticmethod
+    def _clocks_fell(js: JobState, clocks: dict[int, float], med_clock: float) -> list[tuple[str, int]]:
+        """GPUs whose SM clocks are far under the job's (`HW_CLOCK_RATIO`), all of whose clocks fell
+        within `HW_AT_ONCE_NS` of each other (one cause), sorted; [] when none, or when they fell
+        apart (which explains what is not known)."""
+        low = sorted(g for g in js.hw_since if g[1] >= 0 and clocks.get(g[1]) and med_clock
+                     and clocks[g[1]] < HW_CLOCK_RATIO * med_clock)
+        times = [js.hw_since[g] for g in low]
+        return low if low and max(times) - min(times) <= HW_AT_ONCE_NS else []
 
     @staticmethod
     def _clock_mates(js: JobState, ranks: list[int], low: dict[int, float], clocks: dict[int, float],
@@ -552,7 +562,28 @@ class SlowRules:
         unexplained = (loss is not None and loss >= JOB_SLOWDOWN and current and not found and not held and not hung
                        and not self._link_open(js))
         js.slowdown_since = (js.slowdown_since or now_ns) if unexplained else 0
-        if unexplained and now_ns - js.slowdown_since >= JOB_SLOWDOWN_HOLD_NS:
+        fell = self._clocks_fell(js, clocks, med_clock) if unexplained else []
+        if fell and now_ns - js.slowdown_since >= JOB_SLOWDOWN_HOLD_NS:
+            # the job slower than its baseline, no rank found slow, and GPUs whose clocks fell
+            # together: they explain it (the fourteenth generator's capped rack, drawn with 3:
+            # its phases named no group, its 32 GPUs only in a clock notice)
+            ranks = sorted(r for _, r in fell)
+            nodes = self.nodes_of(js, ranks)
+            held_ns = now_ns - js.slowdown_since
+            key = ("slow_rank", "clocks", fell[0])
+            open_ = js.book.open.get(key)
+            sev = "P2" if loss >= 0.2 and held_ns >= P2_AFTER_NS else "P3"
+            out.extend(js.book.assert_(
+                key, now_ns, kind="slow_rank", severity=min(sev, open_.severity) if open_ else sev,
+                culprit_ranks=ranks, culprit_nodes=nodes, comm="",
+                summary=f"the job's steps take {loss * 100:.0f}% longer than its own baseline, and the SM clocks of "
+                        f"rank{'s' if len(ranks) > 1 else ''} {_span(ranks)} ({', '.join(nodes[:8])}) fell together "
+                        f"to {min(clocks[r] for r in ranks):.0f} MHz vs {med_clock:.0f} MHz on peers: they explain it",
+                evidence={"job_slowdown": loss, "impact": round(min(1.0, loss), 4), "signal": "clocks",
+                          "sm_clock_mhz": min(clocks[r] for r in ranks), "peers_sm_clock_mhz": med_clock,
+                          "onset_ns": min(js.hw_since[g] for g in fell), "ranks": ranks[:64]},
+                id_hint=f"clocks-{now_ns}"))
+        elif unexplained and now_ns - js.slowdown_since >= JOB_SLOWDOWN_HOLD_NS:
             out.extend(js.book.assert_(
                 ("job_slowdown",), now_ns, kind="slow_rank", severity="P3", culprit_ranks=[], culprit_nodes=[],
                 comm="", summary=f"the job's steps take {loss * 100:.0f}% longer than its own baseline; "

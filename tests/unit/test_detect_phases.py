@@ -678,3 +678,23 @@ def test_gpus_whose_clocks_fell_with_a_slow_group_join_its_incident(settings, ge
     assert len({e["incident"] for e in events}) == 1
     named = set().union(*(e["culprit_ranks"] for e in events))
     assert named == (set(range(48, 56)) if drill else set(rack))
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_job_slowdown_whose_gpus_clocks_fell_together_names_them(settings, gen_n, monkeypatch, drill):
+    """The same capped rack drawn with 3: its phases named no group at all (their local phases
+    stray too much), the job's steps ran 27 % over their baseline, "no rank explains it", and
+    the 32 GPUs were only in a P3 clock notice. A job slowdown no rank explains, while GPUs'
+    clocks fell together, is theirs: one slow_rank naming the rack, P2. Drill: no clocks taken
+    (`_clocks_fell` empty): nobody named."""
+    from commwatch.streams.detect.job_stage import JobStage
+
+    if drill:
+        monkeypatch.setattr(JobStage, "_clocks_fell", staticmethod(lambda js, clocks, med: []))
+    cap, truth = gen_n("p1-rack-powercap", seed=3)
+    events = [e for e in replayed(settings, cap) if e["kind"] == "slow_rank" and e["culprit_ranks"]]
+    if drill:
+        assert events == []
+        return
+    assert {tuple(e["culprit_ranks"]) for e in events} == {tuple(truth["faults"][0]["culprit_ranks"])}
+    assert events[-1]["severity"] == "P2" and events[0]["evidence"]["signal"] == "clocks"
