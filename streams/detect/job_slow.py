@@ -4,7 +4,9 @@ Compute shares (`slow.py`), iteration phases (`steps.py`) and slow hosts (`host_
 one `slow_rank` incident per culprit (a node's ranks together, `_slow_units`), not its
 victims: echoes of a named rank, ranks waiting in their phases on it, and finds the job does
 not feel are held back; a stage slower from the start is one P3 advisory, a job slower than
-its own baseline with no culprit one P3.
+its own baseline with no culprit one P3, unless GPUs' clocks fell together: then they are
+its culprits (`_clocks_fell`); GPUs whose clocks fell with a slow group's join it
+(`_clock_mates`).
 """
 
 from __future__ import annotations
