@@ -19,9 +19,9 @@ if TYPE_CHECKING:
 HW_CLOCK_RATIO = 0.85  # SM clock below this share of the job's median is an anomaly
 HW_HOLD_NS = 10_000_000_000  # a hardware anomaly this old with no slowdown is a hw_fault
 STUCK_HW_NS = 30_000_000_000  # a stuck completion path while the job progresses: a hw_fault after this
-IB_ERRORS_RECENT_NS = 60_000_000_000
+IB_ERRORS_RECENT_NS = 60_000_000_000  # a node whose IB symbol errors rose this recently is a link's suspect
 HW_AT_ONCE_NS = 5_000_000_000  # GPUs whose clocks fell this close together are one notice
-HW_EVIDENCE = ("sm_clock_mhz", "throttle_reasons", "xid", "ecc_dbe", "temp_c", "nvml_timeout")  # a node whose IB symbol errors rose this recently is a slow link's suspect
+HW_EVIDENCE = ("sm_clock_mhz", "throttle_reasons", "xid", "ecc_dbe", "temp_c", "nvml_timeout")  # a GPU's notice's evidence
 
 
 class HwRules:
