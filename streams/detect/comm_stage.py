@@ -26,7 +26,9 @@ Reports (JSON-able dicts, each with "type", "job", "ts_ns" = the job's event tim
   behind), `active` (it carried a call), `done` (a call of it ever completed),
   `quiet` ([[rank, since_ns]]: members without progress for `QUIET_NS` or more),
   `stuck` ([[rank, completed, since_ns]]: members whose completion counter stopped while
-  their peers completed later instances: a stuck completion path), `exited`, `left`.
+  their peers completed later instances, or whose probe gives up (COMPLETION_LOST) on
+  instances its peers saw complete, its own last seen `completed` since `since_ns`: a stuck
+  completion path), `exited`, `left`.
 - `node`: a node's heartbeat (`node`, `ranks`), at most once per heartbeat period.
 
 Time: every method takes the job's own now (`now_of(job)`), never another job's.
@@ -375,6 +377,12 @@ class CommStage:
         # and behind its peers for a while (in a job whose completions come 30 s apart, a node
         # whose report of the latest one is a moment late is not stuck)
         stuck = [i for i in stuck.tolist() if now_ns - (st.behind_ns[i] or st.d_adv_ns) >= STUCK_BEHIND_NS]
+        # or it gives up on the completions its peers see (COMPLETION_LOST counts in `completed`:
+        # not a wait; but a collective completes on every member or none, so its own never come)
+        lost = np.flatnonzero(st.ever_done & ~st.exited & (st.completed > st.seen_done) & (st.seen_done < st.seen_d)
+                              & (now_ns - st.seen_adv_ns >= STUCK_NS) & (st.seen_adv_ns < st.seen_d_ns)).tolist()
+        stuck_rows = [[int(ranks[i]), int(st.completed[i]), int(st.done_adv_ns[i])] for i in stuck]
+        stuck_rows += [[int(ranks[i]), int(st.seen_done[i]), int(st.seen_adv_ns[i])] for i in lost if i not in stuck]
         return {
             "type": "comm", "job": st.job, "ts_ns": int(now_ns), "comm": st.hex,
             "members": ranks.tolist(), "nodes": st.nodes(), "size": int(st.size), "unknown": st.unknown(),
@@ -385,7 +393,7 @@ class CommStage:
             "done": bool(st.d_max >= 0 or any(c[1] >= 0 for c in st.p2p.values())),
             "gap_p99_ns": int(p99), "last_ns": int(st.adv_ns.max()) if st.n else 0, "seen_ns": int(st.last_seen_ns),
             "quiet": [[int(ranks[i]), int(since[i])] for i in quiet.tolist()],
-            "stuck": [[int(ranks[i]), int(st.completed[i]), int(st.done_adv_ns[i])] for i in stuck],
+            "stuck": stuck_rows,
             "exited": ranks[st.exited].tolist(), "left": ranks[st.left].tolist(),
         }
 

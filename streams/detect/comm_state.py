@@ -127,6 +127,8 @@ class CommState:
         self.born_ns = np.zeros(0, np.int64)  # when a member was first seen, by its own stamps
         self.done_adv_ns = np.zeros(0, np.int64)
         self.behind_ns = np.zeros(0, np.int64)  # since when a member's completions are behind d_max (0: not)
+        self.seen_done = np.zeros(0, np.int64)  # highest collective its probe saw complete (not given up on) ...
+        self.seen_adv_ns = np.zeros(0, np.int64)  # ... and when that last advanced
         self.exited = np.zeros(0, bool)
         self.left = np.zeros(0, bool)
         self.listed: dict[str, set[int]] = {}  # node -> slots its heartbeats for this comm have listed
@@ -189,7 +191,7 @@ class CommState:
 
         for name, fill in (("rank_of", -1), ("crank", -1), ("started", -1), ("completed", -1),
                            ("ever_done", False), ("adv_ns", 0), ("born_ns", 0), ("done_adv_ns", 0), ("behind_ns", 0),
-                           ("exited", False), ("left", False), ("offsets", 0.0)):
+                           ("seen_done", -1), ("seen_adv_ns", 0), ("exited", False), ("left", False), ("offsets", 0.0)):
             setattr(self, name, ext(getattr(self, name), fill))
         self.st = np.concatenate([self.st, np.zeros((self.rows, add), np.int64)], axis=1)
         self.en = np.concatenate([self.en, np.zeros((self.rows, add), np.int64)], axis=1)
@@ -416,9 +418,14 @@ class CommState:
         self.p2p_only = False
         seen = OBSERVED_KEPT[flags] & ~p2p
         if seen.any():
-            top = int(recs["seq"][seen].max())
+            sq, ss, sts = recs["seq"][seen].astype(np.int64), slot[seen], ts[seen]
+            newer = sq > self.seen_done[ss]
+            if newer.any():
+                np.maximum.at(self.seen_adv_ns, ss[newer], sts[newer])
+                np.maximum.at(self.seen_done, ss, sq)
+            top = int(sq.max())
             if top > self.seen_d:
-                self.seen_d, self.seen_d_ns = top, max(self.seen_d_ns, int(ts[seen].max()))
+                self.seen_d, self.seen_d_ns = top, max(self.seen_d_ns, int(sts.max()))
         # inside the call, not only queued: its device started it (GPU_TIMED: a device entry or
         # a completion) or the host blocked in it (neither GPU_TIMED nor ENQUEUED)
         real = REAL[flags]
@@ -648,7 +655,9 @@ class CommState:
                 self.done_adv_ns[s] = now_ns
                 self.ever_done[s] = True
                 moved.append(s)
-            if r["completed"] > self.seen_d:  # a heartbeat's counter: what its probe saw complete
+            if r["completed"] > self.seen_done[s]:  # a heartbeat's counter: what its probe saw complete
+                self.seen_done[s], self.seen_adv_ns[s] = r["completed"], now_ns
+            if r["completed"] > self.seen_d:
                 self.seen_d, self.seen_d_ns = r["completed"], max(self.seen_d_ns, now_ns)
             if r.get("p2p"):
                 for p in r["p2p"]:

@@ -260,6 +260,36 @@ def test_a_stuck_completion_path_is_the_root_once(settings):
     assert "GPU or driver fault" in opened[0]["summary"]
 
 
+def test_a_probe_giving_up_on_completions_its_peers_see_is_a_stuck_completion_path(settings):
+    """The fifteenth generator's host-enqueue job: rank 2's probe stops seeing its completions
+    while the job runs on (its peers complete every instance), and 2 s after each call gives it
+    up (COMPLETION_LOST: counted as completed, not a wait). Its heartbeats' `completed` stays
+    where its probe last saw one. A collective completes on every member or none: its
+    completion path is stuck, a P2 `hw_fault` once that lasts 30 s, though the given-up calls
+    move its counter on (before, they cleared it after 2 s and nothing was ever said)."""
+    s = Script(settings, LAYOUT, NODES)
+    _healthy(s, 3)
+    t_stuck = s.t
+    lost = []
+    for it in range(3, 3 + 60):
+        for comm in (TP0, DP1):
+            s.step(comm, it)
+        for comm in (TP1, DP0, EXTRA):
+            s.enter(comm, it, LAYOUT[comm])
+            s.t += 2 * MS
+            s.complete(comm, it, [r for r in LAYOUT[comm] if r != 2])
+            lost.append((s.t + 2 * S, comm, it))
+        for at, comm, seq in [x for x in lost if x[0] <= s.t]:
+            s._batch(comm, [dict(rank=2, seq=seq, t_start_ns=at - 2 * S, flags=ENQ | wire.FLAG_COMPLETION_LOST)])
+        lost = [x for x in lost if x[0] > s.t]
+        s.t += 800 * MS
+        s.beat()
+    opened = s.opened()
+    assert [(e["kind"], e["severity"], e["culprit_ranks"]) for e in opened] == [("hw_fault", "P2", [2])], opened
+    assert 30 <= (opened[0]["ts_ns"] - t_stuck) / S <= 40
+    assert "completions stopped at #2" in opened[0]["summary"]
+
+
 def test_an_exited_rank_is_the_root_and_a_job_whose_ranks_all_exited_ends(settings):
     s = Script(settings, LAYOUT, NODES)
     _healthy(s, 4)
