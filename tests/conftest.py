@@ -196,3 +196,10 @@ def gen_n(tmp_path_factory):
     """A capture of the fourteenth independent generator (`tests/independent/infra`) and its
     truth (its default base seed 1)."""
     return _scenario_truth(tmp_path_factory, "infra", 1)
+
+
+@pytest.fixture(scope="session")
+def gen_o(tmp_path_factory):
+    """A capture of the fifteenth independent generator (`tests/independent/tenants`: many jobs
+    in one capture) and its truth (its default base seed 1)."""
+    return _scenario_truth(tmp_path_factory, "tenants", 1)

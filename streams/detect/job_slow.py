@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 HW_SLOW_EVIDENCE_RATIO = 0.95
 CLOCK_ALIKE = 0.1  # GPUs whose clocks fell at once to within this share of a slow group's are slowed with it
 P1_AFTER_NS = 10_000_000_000  # a slow rank costing half the job's time is P1 once it lasts this long
+LINK_LONE_APART = True  # a rank found alone on its node, in a comm apart from an open link's, is no victim of it (`_link_victims`)
 P2_AFTER_NS = 10_000_000_000  # one costing a fifth of it is P2 once it lasts this long (P3 before; half of it: P2 at once)
 # ... in a job whose slow ranks come and go (another one's incident faded within `MOVING_NS`),
 # or one with expert parallelism (a rank's coords name an expert-parallel index), once it lasts
@@ -380,17 +381,36 @@ class SlowRules:
         generator's NIC at 1/4 bandwidth under TP 16 across two nodes drawn with 5: the link
         was named P2 on the right node, then 8 of the TP group's ranks looked 13-17 % slower
         between their calls and were named P3 slow ranks (and the TP comm left the link's
-        evidence: its ranks counted as slow)."""
+        evidence: its ranks counted as slow). Not a rank judged in a comm that the link was not
+        found on and that does not cross it (a TP group inside one node of a link between two;
+        a link named on one node, its NIC or NVLink, is crossed by every comm on that node),
+        found with none of its node-mates: gaps that hold waits in the link's transfers hold
+        them for every rank of the node that makes them (the sixth generator's seven ranks of
+        the other node, each judged in a data-parallel comm that avoids the NIC, were found
+        together). The fifteenth
+        generator's 1.6x GPU in a 2-node job while the spine was congested (a P2 link between the
+        two nodes): held back for the 25 s of the congestion, its TP ratio 1.6 against a peer on
+        its own node."""
         comms = self._link_comms(js)
         if not comms:
             return []
         named = self._slow_open(js) | {r for key, inc in js.book.open.items() if key[0] == "slow_link"
                                        for r in inc.culprit_ranks}
+        links = [set(inc.culprit_nodes) for key, inc in js.book.open.items()
+                 if key[0] == "slow_link" and inc.severity == "P2"]
         members: set[int] = set()
         for c in comms:
             members.update(js.members.get(c, ()))
-        return [r for r, ev in found.items()
-                if ev.get("signal") == "collectives" and r in members and r not in named]
+
+        def explained(r: int, comm) -> bool:
+            nodes = set(js.comms.get(comm, {}).get("nodes", ()))
+            if comm in comms or not nodes or any(nodes & link and (len(nodes) > 1 or len(link) == 1) for link in links):
+                return True  # the comm it was judged in may carry the link's transfers
+            node = js.node_of.get(r)  # ... or its gaps hold waits in those that do: its node-mates' too
+            return not LINK_LONE_APART or node is None or any(q != r and js.node_of.get(q) == node for q in found)
+
+        return [r for r, ev in found.items() if ev.get("signal") == "collectives" and r in members and r not in named
+                and explained(r, ev.get("comm"))]
 
     def _pipeline_victims(self, js: JobState, found: dict[int, dict]) -> list[int]:
         """Ranks of a group the collectives newly judge slow as a whole (a TP group slower

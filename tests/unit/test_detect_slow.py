@@ -840,6 +840,32 @@ def test_ranks_a_slow_link_slows_are_not_named_and_the_link_stays_on_its_node(se
 
 
 @pytest.mark.parametrize("drill", [False, True])
+def test_a_lone_straggler_while_a_link_is_slow_is_named_on_time(settings, gen_o, monkeypatch, drill):
+    """The fifteenth generator's 2-node job (TP 2 x PP 2 x DP 4) while the spine is congested
+    (40-70 s: a P2 link between its two nodes, rightly: nothing inside the job tells a spine
+    from their link), rank 5 1.6x from 45 s: found 1.3x against its TP peer on its own node,
+    it was held back as the link's victim until the congestion ended, named P3 25.7 s after
+    onset. A rank found alone on its node, in a comm the link was not found on and does not
+    cross, is not the link's victim. Drill: every member of the link's comms is."""
+    from commwatch.capture import CaptureWriter, read_sorted
+
+    if drill:
+        monkeypatch.setattr(job_slow, "LINK_LONE_APART", False)
+    cap, truth = gen_o("e_noisy_neighbours")
+    job = next(j for j in truth["jobs"] if j["job"] == "noisy-00")
+    own = [m for m in read_sorted(cap) if (m.key or "").split("/")[0] == job["job"]
+           or m.topic != topics.CALLS and json.loads(m.value).get("job") == job["job"]]
+    kept = cap.parent / "noisy-00.cwcap"
+    with CaptureWriter(kept) as out:
+        for m in own:
+            out.write(m)
+    events = [e for e in replayed(settings, kept) if e["kind"] == "slow_rank"]
+    assert {r for e in events for r in e["culprit_ranks"]} == {5}
+    delay = (events[0]["ts_ns"] - job["onset_ns"]) / 1e9
+    assert (delay > 20) if drill else (delay < 10), delay
+
+
+@pytest.mark.parametrize("drill", [False, True])
 def test_a_slow_link_inside_a_node_and_a_rank_slow_in_its_own_transfers_are_named(settings, gen_g, monkeypatch,
                                                                                   drill):
     """The seventh generator: a node's NVLink degraded (its TP comm's transfers 12x, no rank
