@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 
 HW_SLOW_EVIDENCE_RATIO = 0.95
 CLOCK_ALIKE = 0.1  # GPUs whose clocks fell at once to within this share of a slow group's are slowed with it
-P1_AFTER_NS = 10_000_000_000  # a slow rank costing half the job's time is P1 once it lasts this long
 LINK_LONE_APART = True  # a rank found alone on its node, in a comm apart from an open link's, is no victim of it (`_link_victims`)
+P1_AFTER_NS = 10_000_000_000  # a slow rank costing half the job's time is P1 once it lasts this long
 P2_AFTER_NS = 10_000_000_000  # one costing a fifth of it is P2 once it lasts this long (P3 before; half of it: P2 at once)
 # ... in a job whose slow ranks come and go (another one's incident faded within `MOVING_NS`),
 # or one with expert parallelism (a rank's coords name an expert-parallel index), once it lasts
@@ -387,10 +387,9 @@ class SlowRules:
         found with none of its node-mates: gaps that hold waits in the link's transfers hold
         them for every rank of the node that makes them (the sixth generator's seven ranks of
         the other node, each judged in a data-parallel comm that avoids the NIC, were found
-        together). The fifteenth
-        generator's 1.6x GPU in a 2-node job while the spine was congested (a P2 link between the
-        two nodes): held back for the 25 s of the congestion, its TP ratio 1.6 against a peer on
-        its own node."""
+        together). The fifteenth generator's 1.6x GPU in a 2-node job while the spine was
+        congested (a P2 link between the two nodes), found 1.3x against its TP peer on its own
+        node, was held back for the congestion's 25 s."""
         comms = self._link_comms(js)
         if not comms:
             return []
