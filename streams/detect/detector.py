@@ -73,6 +73,8 @@ class Detector:
         self._windows: deque = deque(maxlen=WINDOW_BACKLOG)
         self._errors: Counter = Counter()
         self._idle_until = 0  # `tick` has nothing to do for any job before this reference time
+        self._due: dict[str, int | float] = {}  # per job, the same (`_job_due`), as of its last tick
+        self._dirty: set[str] = set()  # jobs touched since their last tick: due at once
         # a job whose input is being caught up on (live: its partitions are behind) is *held*:
         # nothing is concluded for it, and its clock does not run on with the reference
         self.held: Callable[[str], bool] = _never
@@ -149,10 +151,63 @@ class Detector:
             self.ref_ns = ref_ns
         if self.ref_ns < self._idle_until:  # every job's stages would return at once
             return []
-        out = self._local(self.comm_tick(self.ref_ns))
-        out.extend(self.job_tick(self.ref_ns))
-        self._idle_until = self._next_due() if self.held is _never else 0
+        if self.held is not _never:  # live: the worker's timer ticks every job
+            out = self._local(self.comm_tick(self.ref_ns))
+            out.extend(self.job_tick(self.ref_ns))
+            self._idle_until = 0
+            return out
+        return self._tick_due(self.ref_ns)
+
+    def _tick_due(self, ref_ns: int) -> list[dict]:
+        """`comm_tick` then `job_tick` (replay, nothing held), of the jobs whose tick would do
+        anything: touched since their last tick, due (`_job_due`), or with an iteration's
+        phases waiting to be judged (`JobStage.tick_job` judges them at any tick). The others'
+        stages would return at once: a capture of 40 jobs spent three quarters of its replay
+        calling them, every job at every other job's message (11.5k records/s)."""
+        due, dirty = self._due, self._dirty
+        out: list[dict] = []
+        comm_clocks, stage = self.comm_clocks, self.comm_stage
+        comm_ticked = [j for j in stage.by_job if j in dirty or due.get(j, 0) <= ref_ns]
+        for job in comm_ticked:
+            out.extend(self._guard(job, stage.tick_job, job, comm_clocks.now(job, ref_ns)))
+        out = self._local(self._kept(out))
+        job_clocks, jstage = self.job_clocks, self.job_stage
+        ticked = [j for j, js in jstage.jobs.items()
+                  if j in dirty or due.get(j, 0) <= ref_ns or (js.steps.fresh and not js.ended_ns)]
+        for job in ticked:
+            out.extend(self._guard(job, jstage.tick_job, job, job_clocks.now(job, ref_ns), False))
+        for job in [j for j in job_clocks.jobs() if j not in jstage.jobs]:
+            job_clocks.forget(job)  # ended and forgotten by stage 2: stage 1 lets it go too
+            stage.forget_job(job)
+            comm_clocks.forget(job)
+            dirty.add(job)
+        for job in {*comm_ticked, *ticked, *dirty}:
+            d = self._job_due(job)
+            if d is None:
+                due.pop(job, None)
+            else:
+                due[job] = d
+        dirty.clear()
+        self._idle_until = min(due.values(), default=float("inf"))
         return out
+
+    def _job_due(self, job: str) -> int | float | None:
+        """The reference time from which a tick does anything for `job`: its stage-1 or
+        stage-2 tick is due (each at most once per `TICK_NS` of the job's own time); None for
+        a job neither stage knows. Only the job's own messages and ticks move it (`_touched`)."""
+        due: int | float | None = None
+        if job in self.comm_stage.by_job:
+            due = self.comm_clocks.due_ref(job, self.comm_stage.next_tick_ns(job))
+            if due is None:
+                return 0
+        js = self.job_stage.jobs.get(job)
+        if js is not None:
+            r = self.job_clocks.due_ref(job, self.job_stage.due_ns(js))
+            if r is not None:
+                due = r if due is None or r < due else due
+            elif due is None:
+                due = float("inf")
+        return due
 
     def finish(self) -> list[dict]:
         """The input ended (`commwatch replay` at a capture's end): time does not run on, but
@@ -167,27 +222,9 @@ class Detector:
                 out.extend(self._guard(job, self.job_stage.tick_job, job, now, False, True))
         return out
 
-    def _next_due(self) -> int | float:
-        """The earliest reference time at which a tick does anything for some job: its stage-1
-        or stage-2 tick is due (each at most once per `TICK_NS` of the job's own time). Any
-        message may bring it forward (`_touched`)."""
-        due: int | float = float("inf")
-        comm_clocks, job_clocks = self.comm_clocks, self.job_clocks
-        for job in self.comm_stage.by_job:
-            r = comm_clocks.due_ref(job, self.comm_stage.next_tick_ns(job))
-            if r is None:
-                return 0
-            due = min(due, r)
-        for job, js in self.job_stage.jobs.items():
-            r = job_clocks.due_ref(job, self.job_stage.due_ns(js))
-            if r is not None:
-                due = min(due, r)
-        if any(job not in self.job_stage.jobs for job in job_clocks.jobs()):
-            return 0  # a job stage 2 forgot: `job_tick` lets it go at once
-        return due
-
     def _touched(self, job: str) -> None:
         """A message of `job` moved its clocks or its state: its ticks may be due sooner."""
+        self._dirty.add(job)
         self._idle_until = 0
 
     def _local(self, reports: list[dict]) -> list[dict]:
@@ -283,7 +320,7 @@ class Detector:
         self.comm_stage.forget_job(job)
         self.job_clocks.forget(job)
         self.comm_clocks.forget(job)
-        self._idle_until = 0
+        self._touched(job)
 
     def _feed_many(self, ms: list, ds: list, stamps: list[int], now: int) -> list[dict]:
         return self.comm_stage.feed_many(ms, ds, now, stamps)
@@ -301,7 +338,7 @@ class Detector:
                 out.extend(self._guard(job, stage.tick_job, job, ts))
                 lo, due = i + 1, stage.next_tick_ns(job)
         if lo:
-            self._idle_until = 0
+            self._touched(job)
         return ms[lo:], ds[lo:], stamps[lo:]
 
     def comm_feed_one(self, msg: Message, batch: CallBatch, ref_ns: int) -> list[dict]:
@@ -343,9 +380,13 @@ class Detector:
             got.extend(self._guard(job, stage.tick_job, job, now))
             due = stage.next_tick_ns(job)
         if got or job not in stage.by_job:
-            self._idle_until = 0
+            self._touched(job)
         else:  # only this job's clock moved: its stage-1 tick may be due sooner
-            self._idle_until = min(self._idle_until, clocks.due_ref(job, due))
+            r = clocks.due_ref(job, due)
+            if r < self._idle_until:
+                self._idle_until = r
+            if job not in self._dirty and r < self._due.get(job, 0):
+                self._due[job] = r
         return got
 
     def _kept(self, reports: list[dict]) -> list[dict]:
@@ -365,8 +406,8 @@ class Detector:
 
     # --- job half ---------------------------------------------------------------------
     def job_feed_report(self, rep: dict, ref_ns: int) -> list[dict]:
-        self._idle_until = 0
         job = rep["job"]
+        self._touched(job)
         self.job_clocks.observe(job, int(rep["ts_ns"]), ref_ns)
         now = self.job_clocks.now(job, ref_ns)
         out = self._guard(job, self.job_stage.feed_report, rep, now)
@@ -376,8 +417,8 @@ class Detector:
     def job_feed(self, msg: Message, decoded: dict, ref_ns: int) -> list[dict]:
         """Stage 2 for one topology/steps/hw message."""
         self.stats["messages"] += 1
-        self._idle_until = 0
         job = decoded.get("job") or message_job(msg)
+        self._touched(job)
         out: list[dict] = []
         if msg.topic == topics.TOPOLOGY and job in self.job_stage.jobs:
             # a process of a new run announces its placement: the job runs again, after it
@@ -417,6 +458,7 @@ class Detector:
 
     def _failed(self, job: str) -> list[dict]:
         """`_guard`'s handling of an exception (called inside its `except`: logged with its trace)."""
+        self._dirty.add(job)
         self._errors["tick_errors"] += 1
         if self._errors["tick_errors"] <= 10:
             log.exception("detector failed on job %s; its state is reset", job)
@@ -433,6 +475,7 @@ class Detector:
         for job in jobs:
             self.job_stage.jobs.pop(job, None)
             self.job_clocks.forget(job)
+        self._dirty.update(self.job_clocks.jobs())
         self._idle_until = 0
 
     def adopt(self, job: str, iid: str, old_id: str, opened_ns: int, severity: str) -> bool:
