@@ -5,6 +5,7 @@ are numpy's."""
 import warnings
 
 import numpy as np
+import pytest
 
 from commwatch import wire
 from commwatch.decode import decode_message
@@ -138,10 +139,14 @@ def _ticks_and_incidents(settings, specs, faults):
     return calls, events
 
 
-def test_a_job_is_ticked_on_its_own_schedule_not_at_every_other_jobs_message(settings):
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_job_is_ticked_on_its_own_schedule_not_at_every_other_jobs_message(settings, monkeypatch, drill):
     """Replay ticks a job when its own tick falls due or its own data came, never because another
     job's message came: a capture of 40 jobs spent three quarters of its replay calling every
-    job's stages at every other job's message. What each job is told is the same alone."""
+    job's stages at every other job's message. What each job is told is the same alone.
+    Drill: every job ticked whenever any is (`Detector.tick`'s live path)."""
+    if drill:
+        monkeypatch.setattr(Detector, "_tick_due", lambda self, ref: self._local(self.comm_tick(ref)) + self.job_tick(ref))
     busy = JobSpec(job="busy", tp=4, pp=2, dp=4, duration_s=30, seed=3, tp_calls=8)
     quiet = JobSpec(job="quiet", tp=2, pp=1, dp=1, duration_s=30, seed=4, step_s=3.0)
     faults = {"quiet": [parse_fault("hang:rank=1,at=8s")]}
@@ -149,7 +154,8 @@ def test_a_job_is_ticked_on_its_own_schedule_not_at_every_other_jobs_message(set
     both, events = _ticks_and_incidents(settings, [busy, quiet], faults)
     mine = [e for e in events if e["job"] == "quiet"]
     assert any(e["kind"] == "hang" and e["culprit_ranks"] == [1] for e in mine)
-    assert [(e["status"], e["kind"], e["culprit_ranks"], e["ts_ns"]) for e in mine] == [
-        (e["status"], e["kind"], e["culprit_ranks"], e["ts_ns"]) for e in events_alone]
+    if not drill:  # ticked at the busy job's every message, its P0 opened 0.5 s sooner than alone
+        assert [(e["status"], e["kind"], e["culprit_ranks"], e["ts_ns"]) for e in mine] == [
+            (e["status"], e["kind"], e["culprit_ranks"], e["ts_ns"]) for e in events_alone]
     assert both["busy"] > 4 * alone["quiet"]
-    assert both["quiet"] <= alone["quiet"] * 1.2 + 10, (both, alone)
+    assert (both["quiet"] <= alone["quiet"] * 1.2 + 10) is not drill, (both, alone)
