@@ -162,8 +162,9 @@ class Detector:
         """`comm_tick` then `job_tick` (replay, nothing held), of the jobs whose tick would do
         anything: touched since their last tick, due (`_job_due`), or with an iteration's
         phases waiting to be judged (`JobStage.tick_job` judges them at any tick). The others'
-        stages would return at once: a capture of 40 jobs spent three quarters of its replay
-        calling them, every job at every other job's message (11.5k records/s)."""
+        stages would return at once: ticked at every other job's message, the 40 jobs of a
+        capture of the fifteenth generator had their stages called 1.3M times in its first 60k
+        messages, 66k of those calls due or touched."""
         due, dirty = self._due, self._dirty
         out: list[dict] = []
         comm_clocks, stage = self.comm_clocks, self.comm_stage
@@ -223,8 +224,10 @@ class Detector:
         return out
 
     def _touched(self, job: str) -> None:
-        """A message of `job` moved its clocks or its state: its ticks may be due sooner."""
-        self._dirty.add(job)
+        """A message of `job` moved its clocks or its state: its ticks may be due sooner (live,
+        every job is ticked at the worker's timer: nothing is kept per job)."""
+        if self.held is _never:
+            self._dirty.add(job)
         self._idle_until = 0
 
     def _local(self, reports: list[dict]) -> list[dict]:
@@ -385,7 +388,7 @@ class Detector:
             r = clocks.due_ref(job, due)
             if r < self._idle_until:
                 self._idle_until = r
-            if job not in self._dirty and r < self._due.get(job, 0):
+            if self.held is _never and job not in self._dirty and r < self._due.get(job, 0):
                 self._due[job] = r
         return got
 
@@ -458,7 +461,8 @@ class Detector:
 
     def _failed(self, job: str) -> list[dict]:
         """`_guard`'s handling of an exception (called inside its `except`: logged with its trace)."""
-        self._dirty.add(job)
+        if self.held is _never:
+            self._dirty.add(job)
         self._errors["tick_errors"] += 1
         if self._errors["tick_errors"] <= 10:
             log.exception("detector failed on job %s; its state is reset", job)
@@ -475,7 +479,6 @@ class Detector:
         for job in jobs:
             self.job_stage.jobs.pop(job, None)
             self.job_clocks.forget(job)
-        self._dirty.update(self.job_clocks.jobs())
         self._idle_until = 0
 
     def adopt(self, job: str, iid: str, old_id: str, opened_ns: int, severity: str) -> bool:
