@@ -159,3 +159,17 @@ def test_a_job_is_ticked_on_its_own_schedule_not_at_every_other_jobs_message(set
             (e["status"], e["kind"], e["culprit_ranks"], e["ts_ns"]) for e in events_alone]
     assert both["busy"] > 4 * alone["quiet"]
     assert (both["quiet"] <= alone["quiet"] * 1.2 + 10) is not drill, (both, alone)
+
+
+def test_a_live_worker_keeps_no_per_job_tick_state(settings):
+    """Live, the worker's timer ticks every job (`Detector.held` is the pipeline's): the per-job
+    due times and touched marks that replay keeps would only grow with every job it ever saw."""
+    from commwatch.decode import decode_messages
+
+    det = Detector(settings)
+    det.held = lambda job: False
+    for name in ("l1", "l2", "l3"):
+        msgs = [m for m in simulate(JobSpec(job=name, tp=2, duration_s=3, seed=1), []).messages()
+                if m.topic in ("cw.calls.v1", "cw.progress.v1")]
+        det.comm_feed(msgs, decode_messages(msgs), msgs[-1].ts_ns)
+    assert det.comm_stage.by_job and not det._dirty and not det._due
