@@ -236,17 +236,26 @@ def test_device_entries_are_not_progress(settings):
     assert abs(opened[1] - opened[0]) < 0.5, opened
 
 
+def _completed_but_by(s: Script, it: int, rank: int) -> list[tuple[int, int]]:
+    """Iteration `it` of every comm; in those `rank` belongs to, its completion is not reported
+    (its peers complete). Returns (when each of those completed, comm)."""
+    done = []
+    for comm in (TP0, DP1):
+        s.step(comm, it)
+    for comm in (TP1, DP0, EXTRA):
+        s.enter(comm, it, LAYOUT[comm])
+        s.t += 2 * MS
+        s.complete(comm, it, [r for r in LAYOUT[comm] if r != rank])
+        done.append((s.t, comm))
+    return done
+
+
 def test_a_stuck_completion_path_is_the_root_once(settings):
     s = Script(settings, LAYOUT, NODES)
     _healthy(s, 3)
     # rank 2's completions stop being reported: it keeps entering, its peers complete
     for it in range(3, 10):
-        for comm in (TP0, DP1):
-            s.step(comm, it)
-        for comm in (TP1, DP0, EXTRA):
-            s.enter(comm, it, LAYOUT[comm])
-            s.t += 2 * MS
-            s.complete(comm, it, [r for r in LAYOUT[comm] if r != 2])
+        _completed_but_by(s, it, 2)
         s.t += 200 * MS
         s.beat()
     # ... then its host stops too: its peers wait in #10 for it
@@ -272,13 +281,7 @@ def test_a_probe_giving_up_on_completions_its_peers_see_is_a_stuck_completion_pa
     t_stuck = s.t
     lost = []
     for it in range(3, 3 + 60):
-        for comm in (TP0, DP1):
-            s.step(comm, it)
-        for comm in (TP1, DP0, EXTRA):
-            s.enter(comm, it, LAYOUT[comm])
-            s.t += 2 * MS
-            s.complete(comm, it, [r for r in LAYOUT[comm] if r != 2])
-            lost.append((s.t + 2 * S, comm, it))
+        lost += [(at + 2 * S, comm, it) for at, comm in _completed_but_by(s, it, 2)]
         for at, comm, seq in [x for x in lost if x[0] <= s.t]:
             s._batch(comm, [dict(rank=2, seq=seq, t_start_ns=at - 2 * S, flags=ENQ | wire.FLAG_COMPLETION_LOST)])
         lost = [x for x in lost if x[0] > s.t]
