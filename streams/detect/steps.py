@@ -43,6 +43,8 @@ WAITED_FOR_APART = True  # a TP group its stage waits for in `LOCAL_PHASE` tells
 PAIR_WAITED_FOR = True  # a TP pair its stage waits for in `LOCAL_PHASE`, of a job with one stage, is slow as a whole (`_pair_waited_for`)
 SHARED_IN_GROUP = True  # a member alone over the line, its TP peer nearly as slow in the phase, names nobody (`_judge`)
 SHARED_SHARE = 0.5  # ... nearly: this share of its excess at least
+BEHIND_SLOW_WAITS = True  # a rank slower in a phase next to a slow rank named in its pipeline waits there for it (`_judge`)
+DP_PEERS_WAIT = True  # the members of a data-parallel group but one slower in a phase wait there for it (`_waited_in_reduction`)
 WAITS_NOT_STRETCH = True  # a phase a rank was found waiting in is no stretch of its own (`_conclusive`)
 STRAGGLER_SHARE = 0.1  # a phase in which more ranks than this share are slow holds waits
 PHASE_MIN_SHARE = 0.1  # a phase shorter than this share of the step cannot slow the job (noise)
@@ -281,6 +283,13 @@ class StepTracker:
                     del ratios[r]
                     waiting.add(r)
                     waited_in.setdefault(r, set()).add(phase)
+                # ... or for a slow rank of its pipeline, or of its data-parallel group
+                for find in (self._waited_in_pipeline, self._waited_in_reduction):
+                    for r in find(over, got, members, coords, open_ranks):
+                        over.remove(r)
+                        del ratios[r]
+                        waiting.add(r)
+                        waited_in.setdefault(r, set()).add(phase)
                 groups_over: dict = {}
                 for r in over:
                     groups_over.setdefault(tp_group(coords.get(r)) or ("rank", r), []).append(r)
@@ -518,6 +527,48 @@ class StepTracker:
                       "impact": round(min(1.0, (mine - ref) / step_ms), 4) if step_ms > 0 else 0.0,
                       "onset_ns": int(self.last_end_ns - n * step * 1e9), "signal": "phases",
                       "over_iterations": n}
+
+    @staticmethod
+    def _waited_in_pipeline(over: list[int], got: dict, members: list[int], coords: dict[int, dict],
+                            open_ranks: set[int]) -> list[int]:
+        """Of the ranks slower than their stage in a phase (`over`), those next to a rank named
+        slow already in their pipeline (`_behind_slow`), not named themselves: a stage waits for
+        its neighbour's activations in forward, and for its gradients in backward, inside the
+        phase. The fifteenth generator's 1.6x rank 5 of a TP 2 x PP 2 x DP 4 job, drawn with 4:
+        named at 48 s; its next stage's rank 6, 1.2x in forward waiting for its pipeline, was
+        named P3 at 55 s (its TP peer 7, 1.1x, under the line)."""
+        if not BEHIND_SLOW_WAITS:
+            return []
+        return [r for r in over if r not in open_ranks and _behind_slow(tp_group(coords.get(r)), open_ranks, coords)]
+
+    def _waited_in_reduction(self, over: list[int], got: dict, members: list[int], coords: dict[int, dict],
+                             open_ranks: set[int]) -> list[int]:
+        """Of the ranks slower than their stage in a phase (`over`), those that waited there for
+        a data-parallel peer: every member of a data-parallel group (three or more) but one is
+        over, and that one computes apart slower (`LOCAL_PHASE`, no collective waits in it).
+        The group's gradient reduction runs inside the phase and ends when its slowest member's
+        gradients are in: its peers wait inside it, the slow member does not. The fifteenth
+        generator's 1.5x rank 10 of a TP 8 x DP 4 job, drawn with 4: its data-parallel peers
+        2, 18 and 26 1.16x in backward (0.67x in forward, their steps like everyone's), it 1.5x
+        in its optimizer step; the three were named P3 beside it."""
+        if not DP_PEERS_WAIT:
+            return []
+        by_dp: dict[tuple, list[int]] = {}
+        for r in over:
+            g = dp_group(coords.get(r))
+            if g is not None:
+                by_dp.setdefault(g, []).append(r)
+        out: list[int] = []
+        local: dict[int, float] | None = None
+        for g, group in by_dp.items():
+            rest = [r for r in members if dp_group(coords.get(r)) == g and r not in group]
+            if len(group) < 2 or len(rest) != 1:
+                continue
+            if local is None:
+                local = self._local_ratios(got, members)
+            if local.get(rest[0], 0.0) >= 1 + self.slow_impact:
+                out.extend(group)
+        return out
 
     def _waited_outside(self, r: int, phase: str, excess_ms: float, got: dict, members: list[int],
                         coords: dict[int, dict]) -> bool:

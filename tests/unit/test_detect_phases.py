@@ -698,3 +698,70 @@ def test_a_job_slowdown_whose_gpus_clocks_fell_together_names_them(settings, gen
         return
     assert {tuple(e["culprit_ranks"]) for e in events} == {tuple(truth["faults"][0]["culprit_ranks"])}
     assert events[-1]["severity"] == "P2" and events[0]["evidence"]["signal"] == "clocks"
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_data_parallel_peers_waiting_in_backward_for_a_slow_member_are_not_named(monkeypatch, drill):
+    """TP 8 x DP 4 (32 ranks, one stage), as the fifteenth generator's team-b.sft drawn with 4:
+    rank 10 computes 1.5x slower. Its data-parallel peers 2, 18 and 26 wait for its gradients
+    inside their backward's reduction (1.16x, their forward 0.67x, steps like everyone's); 10
+    is not slower in backward itself, but 1.5x in its optimizer step, which it computes apart.
+    The peers are not named (10 may be, by its optimizer step). Where 10's optimizer step is
+    like everyone's, nothing tells the peers' backward from their own: they stay slower there.
+    Drill: the peers are named."""
+    if drill:
+        monkeypatch.setattr(steps, "DP_PEERS_WAIT", False)
+    coords = {r: {"tp": r % 8, "pp": 0, "dp": r // 8} for r in range(32)}
+
+    def run(local_slow: bool) -> dict:
+        st = StepTracker(slow_impact=0.1, slow_windows=2, model="numpy")
+        st.device = True
+        found = {}
+        for it in range(14):
+            t0 = it * S
+            for r in range(32):
+                fwd, bwd, opt = 295.0, 628.0, 50.0
+                if it >= 4:
+                    fwd, bwd = (287.0, 1065.0) if r in (2, 18, 26) else (430.0, 915.0)
+                    opt = 75.0 if r == 10 and local_slow else 50.0
+                st.add({"v": 1, "job": "j", "rank": r, "iteration": it, "t_start_ns": t0, "t_end_ns": t0 + S,
+                        "phases": {"forward_ms": fwd, "backward_ms": bwd, "optimizer_ms": opt}})
+            found.update(st.evaluate((it + 1) * S, coords, set(found)))
+        return found
+
+    named = set(run(local_slow=True))
+    assert named & {2, 18, 26} == (set() if not drill else {2, 18, 26})
+    assert set(run(local_slow=False)) >= {2, 18, 26}
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_stage_waiting_for_a_slow_rank_named_in_its_pipeline_is_not_named(monkeypatch, drill):
+    """TP 2 x PP 2 x DP 4, as the fifteenth generator's noisy-00 drawn with 4: rank 5 (stage 0
+    of the second pipeline) is named slow. Its next stage's rank 6 waits for its pipeline's
+    activations inside forward, 1.26x its stage's (its backward shorter by as much: its steps
+    like everyone's); its TP peer 7 1.08x. 6 is not named while 5 is; a rank as slow in a
+    pipeline with no slow rank named is. Drill: 6 is named."""
+    if drill:
+        monkeypatch.setattr(steps, "BEHIND_SLOW_WAITS", False)
+    coords = {r: {"tp": r % 2, "pp": (r // 2) % 2, "dp": r // 4} for r in range(16)}
+
+    def run(waiter: int) -> dict:
+        st = StepTracker(slow_impact=0.1, slow_windows=2, model="numpy")
+        st.device = True
+        found = {}
+        for it in range(14):
+            t0 = 2 * it * S  # steps of 1.45 s, every rank's phases in all
+            for r in range(16):
+                fwd, bwd = (250.0, 1150.0) if coords[r]["pp"] == 0 else (650.0, 750.0)
+                if it >= 4 and r == waiter:  # its backward shorter by as much: steps alike
+                    fwd, bwd = 820.0, 580.0
+                elif it >= 4 and r == waiter + 1:
+                    fwd, bwd = 700.0, 700.0
+                st.add({"v": 1, "job": "j", "rank": r, "iteration": it, "t_start_ns": t0,
+                        "t_end_ns": t0 + 1_450_000_000,
+                        "phases": {"forward_ms": fwd, "backward_ms": bwd, "optimizer_ms": 50.0}})
+            found.update(st.evaluate(2 * (it + 1) * S, coords, set(found) | {5}))
+        return found
+
+    assert (6 in run(6)) == drill
+    assert 14 in run(14)  # the fourth pipeline: no slow rank named in it
