@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 HOLD_FACTOR = 2.0  # a known hold is a hang once it lasts twice the longest of it seen
 HOLD_KEEP = 4  # lengths remembered per hold
 HOLD_KEYS = 8  # holds remembered per job
+PROGRESSING_P2P_ROOT = True  # a rank progressing elsewhere, waited on in a transfer it never entered for the hang threshold, is a root
 OUTLIVED_PERIODS = 1.5  # a rank that progressed this many heartbeat periods after others began waiting on a root did not die with it (`_died_with`)
 
 
@@ -99,6 +100,8 @@ class HangRules:
                 if r in inside or any(r in js.members.get(c, ()) for c in unreported):
                     continue  # maybe blocked in a call of it, behind someone else: not known hung yet
                 reason = "not_started" if r in an.not_started else "silent"
+            elif p2p and PROGRESSING_P2P_ROOT and self._progressing_root(js, r, _since(an, comm, seq), at, thr, root_thr):
+                reason = "progressing"
             else:
                 continue  # still progressing elsewhere: slow, not hung (the slow detectors judge it)
             roots.append((r, reason, comm, seq, op, p2p))
@@ -158,6 +161,16 @@ class HangRules:
             out.extend(js.book.assert_(
                 ("comm_hang",), now_ns, kind="comm_hang", severity="P0", culprit_ranks=culprits, culprit_nodes=nodes,
                 comm=x.comm, summary=summary, evidence=evidence, id_hint=f"{x.comm}-{x.seq}"))
+
+    def _progressing_root(self, js: JobState, rank: int, since: int, at: int, thr: float, root_thr: float) -> bool:
+        """Whether a rank progressing elsewhere is yet the root of a wait in a transfer it never
+        entered: waited on there since `since` for the job's hang threshold, it went on
+        progressing for `root_thr` or more after (the thread that posts its transfers is stuck,
+        not the rank). The sixteenth generator's disaggregated serving job: prefill rank 2's KV
+        sender deadlocked, its main loop running prefill forwards with its TP peers; two decode
+        ranks waited in their receives from it for 90 s, and nothing was raised. A rank that
+        stopped when the wait began is hung, and judged so once silent for `root_thr`."""
+        return at - since >= thr and self.silent_since(js, rank, at) - since >= root_thr
 
     @staticmethod
     def _hold_key(roots: list) -> tuple | None:
@@ -297,6 +310,10 @@ class HangRules:
         elif first["reason"] == "not_started":
             what = (f"rank{s} {who}: GPU never started {first['op']} #{first['seq']} on comm {first['comm'][:4]}.. "
                     f"(enqueued by the host; peers wait in it on their GPUs: a kernel before it holds the GPU)")
+        elif first["reason"] == "progressing":
+            what = (f"rank{s} {who} never entered {first['op']} #{first['seq']} on comm {first['comm'][:4]}.. "
+                    f"while progressing in {'their' if s else 'its'} other comms (the thread that posts "
+                    f"{'their' if s else 'its'} transfers stuck?)")
         else:
             what = f"rank{s} {who} never entered {first['op']} #{first['seq']} on comm {first['comm'][:4]}.."
         own = an.own.get(first["rank"]) if an.deadlock else None
@@ -348,3 +365,8 @@ class HangRules:
                 comm="", summary=f"no rank inside a call and no progress for {idle / 1e9:.0f} s",
                 evidence={"idle_s": round(idle / 1e9, 1), "limit_s": round(need / 1e9, 1), "onset_ns": int(last)},
                 id_hint=f"{now_ns}"))
+
+
+def _since(an: waits.Analysis, comm: str, seq: int) -> int:
+    """Since when the blocked instance (`comm`, `seq`) has been waited in (now when unknown)."""
+    return min((x.since_ns for x in an.blocked if x.comm == comm and x.seq == seq), default=2**63 - 1)

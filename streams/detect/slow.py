@@ -67,6 +67,7 @@ SWITCH = 0.8  # a rank is judged in another comm once its intervals there are th
 BLIND_WINDOWS = 4  # new windows of its finer comm without a figure for a rank before it is judged in a coarser one
 ITSELF_APART = 1.5  # a peer found this many times a rank's excess, slower in a group they share: it waits for it
 GROUP_HOLD_NS = 3_000_000_000  # a group seems slower as a whole this long before it is judged as one
+BETWEEN_REPLICAS = True  # a point-to-point comm between data-parallel replicas is no pipeline (`_between_replicas`)
 FOUND = "found"  # `slow_groups` state of a group judged as one
 LINK_FACTOR = 1.5
 LINK_MIN_MS = 1.0
@@ -304,7 +305,7 @@ class SlowTracker(StallRules):
         rows: list[tuple[str, int, int, tuple]] = []
         lows, counts, shares = [], [], []
         for c, ct in cur.items():
-            if ct.p2p and ct.crank:
+            if ct.p2p and ct.crank and not self._between_replicas(ct):
                 lo, cn = ct.class_busy(latest)
                 sh = ct.share_of()
                 for i, r in enumerate(ct.ranks):
@@ -363,6 +364,23 @@ class SlowTracker(StallRules):
                 c = group[j][0]
                 out[c][cur[c].ranks[i]] = value
         return out
+
+    def _between_replicas(self, ct: CommTiming) -> bool:
+        """Whether a point-to-point comm joins data-parallel replicas, by coordinates: its
+        members are in one pipeline stage and in different replicas. No pipeline runs between
+        replicas: such transfers come when requests do (disaggregated serving's KV caches, from
+        a prefill engine to a decode engine, whose tensor-parallel sizes may differ), and the
+        intervals between them are a load, not compute. The sixteenth generator's healthy disaggregated job (two
+        prefill and two decode engines, TP 4, one stage, 16 two-rank KV comms): compared with
+        the other prefill engine's by those intervals, 630 ms against 483, one engine's four
+        ranks were named P2 "57 % slower", and as a group P1 "585 % slower" than the decode
+        engines."""
+        if not BETWEEN_REPLICAS:
+            return False
+        cs = [self.coords.get(r) for r in ct.ranks]
+        if len(cs) < 2 or any(c is None or "dp" not in c for c in cs):
+            return False
+        return len({c["dp"] for c in cs}) > 1 and len({c.get("pp", 0) for c in cs}) == 1
 
     def peer_groups(self, coords: dict[int, dict], world: int) -> dict[int, list[int]]:
         """Ranks doing the same work as each rank (itself included): the same stage."""
@@ -468,8 +486,8 @@ class SlowTracker(StallRules):
         """Slow ranks now: rank -> evidence (`ratio`, `impact`, `onset_ns`, `comm`, busy gaps)."""
         self.fresh = False
         self.compute = self.compute_shares(now_ns, in_use, stale)
-        long = self.long = self._comm_ratios(now_ns, stale, latest=False)
         self.coords = coords
+        long = self.long = self._comm_ratios(now_ns, stale, latest=False)
         short = self._comm_ratios(now_ns, stale, latest=True)
         # in use, but no current busy figures: the rank's finest comm may be missing (judged
         # in a coarser one, its intervals would hold its waits in the finer one's calls) ...

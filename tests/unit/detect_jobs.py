@@ -68,6 +68,38 @@ class HandJob:
         self.now = max(self.now, ts + MS)
         self.send(Message(topics.CALLS, topics.comm_key(self.job, comm), self.now, wire.encode_batch(recs)))
 
+    def transfer(self, comm: int, seq: int, src: int, dst: int, sent: int | None, posted: int | None,
+                 end: int | None) -> None:
+        """One send/receive pair of a point-to-point comm, its `seq`-th on that channel: `src`
+        enters its send at `sent` and `dst` its receive at `posted` (None: never); both complete
+        at `end` (None: never)."""
+        ranks = self.comms[comm]
+        rows = [(r, peer, op, t) for r, peer, op, t in ((src, dst, wire.OP_SEND, sent), (dst, src, wire.OP_RECV, posted))
+                if t is not None]
+        recs = wire.empty(len(rows))
+        recs["kind"] = wire.KIND_CALL
+        recs["op"] = [op for _, _, op, _ in rows]
+        recs["comm"] = comm
+        recs["seq"] = seq
+        recs["rank"] = [r for r, _, _, _ in rows]
+        recs["comm_rank"] = [ranks.index(r) for r, _, _, _ in rows]
+        recs["peer"] = [ranks.index(peer) for _, peer, _, _ in rows]
+        recs["nranks"] = len(ranks)
+        recs["bytes"] = 1 << 20
+        recs["t_start_ns"] = [t for _, _, _, t in rows]
+        if end is not None:
+            recs["flags"] = wire.FLAG_COMPLETED
+            recs["t_end_ns"] = end
+        self.now = max(self.now, (end if end is not None else max(t for *_, t in rows)) + MS)
+        self.send(Message(topics.CALLS, topics.comm_key(self.job, comm), self.now, wire.encode_batch(recs)))
+
+    def place(self, coords: dict[int, dict]) -> None:
+        """Each rank's placement (`cw.topology.v1`), with its coordinates."""
+        for r, c in sorted(coords.items()):
+            msg = {"v": 1, "job": self.job, "ts_ns": self.now, "rank": r, "world_size": len(coords),
+                   "node": self.nodes[r], "local_rank": r, "coords": c}
+            self.send(Message(topics.TOPOLOGY, self.job, self.now, json.dumps(msg).encode()))
+
     def heartbeats(self, until: int, period: int = S, silent_nodes: tuple = (), gone: tuple = ()) -> None:
         """Every node sends a heartbeat per comm each period until `until` (`gone`: ranks its
         agent no longer lists)."""
