@@ -100,7 +100,8 @@ class HangRules:
                 if r in inside or any(r in js.members.get(c, ()) for c in unreported):
                     continue  # maybe blocked in a call of it, behind someone else: not known hung yet
                 reason = "not_started" if r in an.not_started else "silent"
-            elif p2p and PROGRESSING_P2P_ROOT and self._progressing_root(js, r, _since(an, comm, seq), at, thr, root_thr):
+            elif p2p and PROGRESSING_P2P_ROOT and self._progressing_root(js, r, an, _since(an, comm, seq), at, thr,
+                                                                       root_thr):
                 reason = "progressing"
             else:
                 continue  # still progressing elsewhere: slow, not hung (the slow detectors judge it)
@@ -162,15 +163,21 @@ class HangRules:
                 ("comm_hang",), now_ns, kind="comm_hang", severity="P0", culprit_ranks=culprits, culprit_nodes=nodes,
                 comm=x.comm, summary=summary, evidence=evidence, id_hint=f"{x.comm}-{x.seq}"))
 
-    def _progressing_root(self, js: JobState, rank: int, since: int, at: int, thr: float, root_thr: float) -> bool:
+    def _progressing_root(self, js: JobState, rank: int, an: waits.Analysis, since: int, at: int, thr: float,
+                          root_thr: float) -> bool:
         """Whether a rank progressing elsewhere is yet the root of a wait in a transfer it never
         entered: waited on there since `since` for the job's hang threshold, it went on
         progressing for `root_thr` or more after (the thread that posts its transfers is stuck,
-        not the rank). The sixteenth generator's disaggregated serving job: prefill rank 2's KV
-        sender deadlocked, its main loop running prefill forwards with its TP peers; two decode
-        ranks waited in their receives from it for 90 s, and nothing was raised. A rank that
-        stopped when the wait began is hung, and judged so once silent for `root_thr`."""
-        return at - since >= thr and self.silent_since(js, rank, at) - since >= root_thr
+        not the rank), inside no blocked call itself. The sixteenth generator's disaggregated
+        serving job: prefill rank 2's KV sender deadlocked, its main loop running prefill
+        forwards with its TP peers; two decode ranks waited in their receives from it for 90 s,
+        and nothing was raised. A rank that stopped when the wait began is hung, and judged so
+        once silent for `root_thr`. Nor a rank inside a blocked call of its own: the eighth
+        generator's healthy 2048-rank job had two ranks inside the first send of one comm,
+        each waited on by the other's, both running on elsewhere; named P0, 'a deadlock', at
+        10 s."""
+        return (not an.deadlock and rank not in an.waiting and at - since >= thr
+                and self.silent_since(js, rank, at) - since >= root_thr)
 
     @staticmethod
     def _hold_key(roots: list) -> tuple | None:
