@@ -75,3 +75,26 @@ def test_a_sender_that_stops_posting_while_it_serves_is_the_root_of_its_receiver
     else:
         assert len(hangs) == 1 and hangs[0]["culprit_ranks"] == [0], hangs
         assert hangs[0]["evidence"]["roots"][0]["reason"] == "progressing"
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_ranks_inside_sends_to_each_other_while_they_run_on_are_no_progressing_roots(settings, monkeypatch, drill):
+    """Two ranks of a TP pair, each inside a send to the other on a second comm from 20 s, run
+    their TP calls on (as the eighth generator's healthy 2048-rank job showed two ranks in the
+    first send of one comm): a root progressing elsewhere must not be inside a blocked call of
+    its own. Nothing is raised. Drill: without that condition, a P0 'deadlock' names them."""
+    if drill:
+        monkeypatch.setattr(job_hangs.HangRules, "_progressing_root",
+                            lambda self, js, rank, an, since, at, thr, root_thr:
+                            at - since >= thr and self.silent_since(js, rank, at) - since >= root_thr)
+    job = HandJob(settings, {1: [0, 1], 10: [0, 1]}, {0: "n0", 1: "n0"}, job="pair")
+    for k in range(1, 90 * 20):
+        t = T0 + k * 50 * MS
+        job.collective(1, k - 1, {0: t, 1: t}, t + 2 * MS)
+        if k == 20 * 20:
+            job.transfer(10, 0, 0, 1, t, None, None)
+            job.transfer(10, 0, 1, 0, t, None, None)
+        if k % 20 == 0:
+            job.beat(t + 10 * MS)
+    hangs = [i for i in job.incidents if i["kind"] == "hang"]
+    assert bool(hangs) == drill, hangs
