@@ -100,8 +100,8 @@ class HangRules:
                 if r in inside or any(r in js.members.get(c, ()) for c in unreported):
                     continue  # maybe blocked in a call of it, behind someone else: not known hung yet
                 reason = "not_started" if r in an.not_started else "silent"
-            elif p2p and PROGRESSING_P2P_ROOT and self._progressing_root(js, r, an, _since(an, comm, seq), at, thr,
-                                                                       root_thr):
+            elif p2p and PROGRESSING_P2P_ROOT and self._progressing_root(js, r, an, comm, _since(an, comm, seq), at,
+                                                                       thr, root_thr):
                 reason = "progressing"
             else:
                 continue  # still progressing elsewhere: slow, not hung (the slow detectors judge it)
@@ -163,8 +163,8 @@ class HangRules:
                 ("comm_hang",), now_ns, kind="comm_hang", severity="P0", culprit_ranks=culprits, culprit_nodes=nodes,
                 comm=x.comm, summary=summary, evidence=evidence, id_hint=f"{x.comm}-{x.seq}"))
 
-    def _progressing_root(self, js: JobState, rank: int, an: waits.Analysis, since: int, at: int, thr: float,
-                          root_thr: float) -> bool:
+    def _progressing_root(self, js: JobState, rank: int, an: waits.Analysis, comm: str, since: int, at: int,
+                          thr: float, root_thr: float) -> bool:
         """Whether a rank progressing elsewhere is yet the root of a wait in a transfer it never
         entered: waited on there since `since` for the job's hang threshold, it went on
         progressing for `root_thr` or more after (the thread that posts its transfers is stuck,
@@ -175,9 +175,12 @@ class HangRules:
         once silent for `root_thr`. Nor a rank inside a blocked call of its own: the eighth
         generator's healthy 2048-rank job had two ranks inside the first send of one comm,
         each waited on by the other's, both running on elsewhere; named P0, 'a deadlock', at
-        10 s."""
-        return (not an.deadlock and rank not in an.waiting and at - since >= thr
-                and self.silent_since(js, rank, at) - since >= root_thr)
+        10 s. And the rank silent on that comm for the threshold too: a healthy host-enqueue
+        pipeline whose node clocks disagree by seconds, its capture ending, showed a wait of
+        6 s on a rank whose previous send there had just completed (named P0)."""
+        quiet = next((t for r, t in js.comms.get(comm, {}).get("quiet", ()) if r == rank), None)
+        return (not an.deadlock and rank not in an.waiting and at - since >= thr and quiet is not None
+                and at - quiet >= thr and self.silent_since(js, rank, at) - since >= root_thr)
 
     @staticmethod
     def _hold_key(roots: list) -> tuple | None:

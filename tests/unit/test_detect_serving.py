@@ -85,7 +85,7 @@ def test_ranks_inside_sends_to_each_other_while_they_run_on_are_no_progressing_r
     its own. Nothing is raised. Drill: without that condition, a P0 'deadlock' names them."""
     if drill:
         monkeypatch.setattr(job_hangs.HangRules, "_progressing_root",
-                            lambda self, js, rank, an, since, at, thr, root_thr:
+                            lambda self, js, rank, an, comm, since, at, thr, root_thr:
                             at - since >= thr and self.silent_since(js, rank, at) - since >= root_thr)
     job = HandJob(settings, {1: [0, 1], 10: [0, 1]}, {0: "n0", 1: "n0"}, job="pair")
     for k in range(1, 90 * 20):
