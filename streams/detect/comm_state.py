@@ -134,6 +134,8 @@ class CommState:
         self.listed: dict[str, set[int]] = {}  # node -> slots its heartbeats for this comm have listed
         self.unlisted: dict[int, int] = {}  # slot -> heartbeats of its node in a row without it
         self.offsets = np.zeros(0, np.float64)
+        self.sent = np.zeros(0, np.float64)  # per member: bytes of its completed collectives since the last window ...
+        self.sent_n = np.zeros(0, np.int64)  # ... and how many (`windows.window_report`: `bytes_ratio`)
         self.first_ns = 0
         self.d_max = -1  # highest collective completed by any member
         self.d_adv_ns = 0  # when it last advanced
@@ -147,7 +149,7 @@ class CommState:
         self.p2p_ahead: dict[tuple[int, int, int], dict[int, int]] = {}  # channel -> {seq: host entry} beyond the first open
         self.p2p_real: dict[tuple[int, int, int], int] = {}  # channel -> highest seq its rank is known inside
         # completed timed P2P calls, kept until the window they fall in is reported
-        self.p2p_iv: list[tuple[np.ndarray, ...]] = []  # (slot, start, end, kind: RECV_FWD ... SEND_BWD, peer slot, seq)
+        self.p2p_iv: list[tuple[np.ndarray, ...]] = []  # (slot, start, end, kind: RECV_FWD ... SEND_BWD, peer slot, seq, bytes)
         self.p2p_iv_n = 0
         self.p2p_untimed = 0
         self.p2p_win_start = 0  # start of the next P2P window to report (0: none yet)
@@ -191,7 +193,8 @@ class CommState:
 
         for name, fill in (("rank_of", -1), ("crank", -1), ("started", -1), ("completed", -1),
                            ("ever_done", False), ("adv_ns", 0), ("born_ns", 0), ("done_adv_ns", 0), ("behind_ns", 0),
-                           ("seen_done", -1), ("seen_adv_ns", 0), ("exited", False), ("left", False), ("offsets", 0.0)):
+                           ("seen_done", -1), ("seen_adv_ns", 0), ("exited", False), ("left", False), ("offsets", 0.0),
+                           ("sent", 0.0), ("sent_n", 0)):
             setattr(self, name, ext(getattr(self, name), fill))
         self.st = np.concatenate([self.st, np.zeros((self.rows, add), np.int64)], axis=1)
         self.en = np.concatenate([self.en, np.zeros((self.rows, add), np.int64)], axis=1)
@@ -501,6 +504,8 @@ class CommState:
         self.ok[row, slot] = timed & (t1 >= t0) & (t0 > 0)
         self.ops[row] = c["op"]
         self.bytes[row] = c["bytes"]
+        self.sent += np.bincount(slot, weights=c["bytes"].astype(np.float64), minlength=self.n)[: self.n]
+        self.sent_n += np.bincount(slot, minlength=self.n)[: self.n]
         return self._advance()
 
     def _apply_p2p(self, c: np.ndarray, slot: np.ndarray, done: np.ndarray, timed: np.ndarray, ts: np.ndarray,
@@ -597,7 +602,8 @@ class CommState:
             own = self.crank[slot[timed]]
             later = peer_cr_all[timed] > own  # the peer is a later stage
             kind = np.where(is_recv[timed] == 1, np.where(later, RECV_BWD, RECV_FWD), np.where(later, SEND_FWD, SEND_BWD))
-            self.p2p_iv.append((slot[timed], t0, t1, kind, peer[timed], seq[timed]))
+            self.p2p_iv.append((slot[timed], t0, t1, kind, peer[timed], seq[timed],
+                                c["bytes"][timed].astype(np.int64)))
             self.p2p_iv_n += int(timed.sum())
         elif timed.any():
             self.dropped["p2p_intervals_full"] += int(timed.sum())

@@ -29,13 +29,14 @@ class CommTiming:
     busy: deque = field(default_factory=lambda: deque(maxlen=BUSY_WINDOWS))  # (ts, gap sums, counts, shares, medians)
     classes: deque = field(default_factory=lambda: deque(maxlen=BUSY_WINDOWS))  # pipelines: (sums, counts) per class
     lag_ms: dict[int, float] = field(default_factory=dict)
+    bytes_ratio: dict[int, float] = field(default_factory=dict)  # newest window: member -> its message size over the median
     crank: list[int] | None = None
     windows: int = 0
     nodes: list[str] = field(default_factory=list)
     xfer_ms: float = 0.0
     base_xfer: float = -1.0
     link_streak: int = 0
-    channels: dict = field(default_factory=dict)  # P2P: (receiver, sender) -> [normal ms, ms now, streak, windows]
+    channels: dict = field(default_factory=dict)  # P2P: (receiver, sender) -> [normal ms, ms now, streak, windows, normal bytes, bytes now]
     memo: dict = field(default_factory=dict)  # what is derived from `busy` and `classes`, till they change
     steady: dict = field(default_factory=dict)  # newest window: share of instances each rank was slow in
     tail: dict = field(default_factory=dict)  # newest window: rank -> [instances, ratio] of the slow run ending it

@@ -25,6 +25,10 @@ HW_SLOW_EVIDENCE_RATIO = 0.95
 CLOCK_ALIKE = 0.1  # GPUs whose clocks fell at once to within this share of a slow group's are slowed with it
 LINK_LONE_APART = True  # a rank found alone on its node, in a comm apart from an open link's, is no victim of it (`_link_victims`)
 P1_AFTER_NS = 10_000_000_000  # a slow rank costing half the job's time is P1 once it lasts this long
+HALF_LASTS = True  # ... the cost, not the incident (a drill turns it off) ...
+HALF_CLEAR = 0.4  # ... until it costs less than this share
+HEAVY = 1.25  # a lone slow rank whose messages are this much larger than its peers' does more work by design: P3
+HEAVY_BY_DESIGN = True  # (a drill turns it off)
 P2_AFTER_NS = 10_000_000_000  # one costing a fifth of it is P2 once it lasts this long (P3 before; half of it: P2 at once)
 # ... in a job whose slow ranks come and go (another one's incident faded within `MOVING_NS`),
 # or one with expert parallelism (a rank's coords name an expert-parallel index), once it lasts
@@ -486,6 +490,10 @@ class SlowRules:
                 found[r] = ev
         for r, ev in js.slow.stalls(now_ns, held | found.keys()).items():
             found.setdefault(r, ev)  # a rank found slow otherwise is that; one that stalls again and again, this
+        p2p = {c for c, ct in js.slow.comms.items() if ct.p2p}
+        fresh = now_ns - max(5e9, 3 * js.slow.step_ns)
+        for r, ev in js.slow.late.found(now_ns, fresh, world, in_use, p2p, found.keys() | hung).items():
+            found.setdefault(r, ev)  # late at every call of a job-wide comm: its work outside them (`late.py`)
         loss = js.steps.slowdown()
         for r, ev in js.gate.evaluate(now_ns).items():  # host-enqueue: the host the job's calls wait for
             cost = round(max(0.0, loss or 0.0), 4)
@@ -498,6 +506,8 @@ class SlowRules:
         med_clock = statistics.median(clocks.values()) if len(clocks) >= 2 else 0.0
         units = self._slow_units(js, found, hung, now_ns, out)
         self._unjudged(js, {key for key, _, _ in units}, now_ns)
+        for key in js.half_since.keys() - {key for key, _, _ in units}:
+            del js.half_since[key]
         for key, ranks, ev in units:
             open_ = js.book.open.get(key)
             impact = self._felt(js, ev, open_, ranks, now_ns, len(units) == 1)
@@ -519,8 +529,26 @@ class SlowRules:
             if impact < 0.5 and age >= P2_AFTER_NS and (self._experts(js) or js.book.faded_since(
                     "slow_rank", now_ns - MOVING_NS, key)):
                 after = MOVING_P2_AFTER_NS
-            sev = ("P1" if impact >= 0.5 and age >= P1_AFTER_NS else
+            # P1 once it has cost half the job's time that long, not once open that long: the
+            # recommender generator's hot-table rank, 1.8x hotter for 6 iterations now and then
+            # (noise by design), open at P2 for 5 s, was P1 0.2 s into such a burst
+            # (from the first evaluation at half to the first under `HALF_CLEAR`: a 2x rank's
+            # cost is half, give or take a few %)
+            if impact >= 0.5:
+                js.half_since.setdefault(key, now_ns)
+            elif impact < HALF_CLEAR:
+                js.half_since.pop(key, None)
+            half = js.half_since.get(key)
+            lasted = (now_ns - half if half is not None else 0) if HALF_LASTS else age
+            sev = ("P1" if impact >= 0.5 and lasted >= P1_AFTER_NS else
                    "P2" if impact >= 0.5 or (impact >= 0.2 and age >= after) else "P3")
+            heavy, heavy_in = js.slow.heavy(ranks[0]) if len(ranks) == 1 else (1.0, "")
+            if heavy >= HEAVY and HEAVY_BY_DESIGN:
+                # it carries more data than its peers: more work by design (uneven sharding,
+                # routing), advice and not a fault. The seventeenth generator's hot-table ranks,
+                # lookups 1.2-1.4x and sends 2-3x, were P2 on every healthy job and P1 on one
+                sev = "P3"
+                ev = {**ev, "bytes_ratio": round(heavy, 2), "bytes_comm": heavy_in}
             if open_ is not None:
                 sev = min(sev, open_.severity)  # severity only rises while open: no flapping updates
             low = {r: clocks[r] for r in ranks if clocks.get(r) and med_clock
@@ -554,6 +582,11 @@ class SlowRules:
                        f"every call, {ev['stall_ms'] / 1e3:.2f} s at a time, every ~{ev['every_s']:.1f} s "
                        f"({ev['stalls']} times lately: a data loader, allocator retries or a host hiccup?)")
                 where = "its peers wait in their next call"
+            elif ev.get("signal") == "late":
+                who = (f"rank {_span(ranks)} enters the calls of comm {ev['comm']} {ev['lag_ms']:.1f} ms after its "
+                       f"peers (they {ev['peers_lag_ms']:+.1f} ms), call after call, and computes like them between "
+                       f"them: its work outside every call is slower (a data loader? its host?)")
+                where = "its peers wait inside their calls"
             elif len(ranks) == 1:
                 who = f"rank {ranks[0]} is {pct:.0f}% slower than the ranks doing the same work"
             else:
@@ -563,7 +596,9 @@ class SlowRules:
                 key, now_ns, kind="slow_rank", severity=sev, culprit_ranks=ranks, culprit_nodes=nodes,
                 comm=ev.get("comm", ""), quiet_ns=int(3 * self.median_step_ns(js)),
                 summary=f"{who} ({where}); the job loses ~{max(0.0, impact) * 100:.0f}% of its time waiting on "
-                        f"{'it' if len(ranks) == 1 else 'them'}",
+                        f"{'it' if len(ranks) == 1 else 'them'}" + (
+                            f"; it carries {ev['bytes_ratio']:.1f}x its peers' data in comm {ev['bytes_comm']}: "
+                            f"more work by design (uneven sharding or routing?)" if "bytes_ratio" in ev else ""),
                 evidence=ev, id_hint=f"{ranks[0]}-{now_ns}"))
         named = self._slow_open(js)
         for adv in js.slow.advisories(js.coords) if periodic else ():

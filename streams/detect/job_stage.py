@@ -122,6 +122,7 @@ class JobState:
     root_threshold_ns: float = 0.0  # a root's silence (`JobStage.threshold_ns`)
     stuck_since: dict[int, int] = field(default_factory=dict)
     slowdown_since: int = 0
+    half_since: dict = field(default_factory=dict)  # slow_rank key -> since when it costs half the job's time (P1)
     idle_since: int = 0  # a job-wide pause going on (`_pauses`): the job's last progress before it
     pause: tuple[float, dict[str, int]] | None = None  # the latest pause: its length (0 while it lasts), each
     # comm's gap p99 before it

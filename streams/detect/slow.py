@@ -47,6 +47,7 @@ import numpy as np
 from commwatch.streams.detect.comm_timing import BUSY_WINDOWS, CommTiming
 from commwatch.streams.detect.medians import nanmedian as _nanmedian
 from commwatch.streams.detect.medians import others_median as _others_median
+from commwatch.streams.detect.late import LateArrivals
 from commwatch.streams.detect.rank_model import FAST_RATIO, NOISY, RankModel
 from commwatch.streams.detect.stalls import STALL_KEEP, StallRules
 
@@ -74,6 +75,8 @@ LINK_MIN_MS = 1.0
 LINK_GRACE = 3
 P2P_LINK_MIN_MS = 0.2  # a P2P transfer (one message, both ends' own clocks) is a cleaner figure than a collective's
 MAX_LINK_CHANNELS = 4096  # P2P channels whose transfers are followed, per comm
+SIZED_LINKS = True  # a P2P channel's normal transfer is for its normal message size (`_sized`)
+SIZE_ALIKE = 2.0  # messages within this factor of a channel's normal size teach its normal
 LEARN = 0.1
 NOISE_MIN = 2  # members whose ratios' moves are known (`SlowTracker.noise`) before a kind's spread is known
 NOISE_MEMBERS = 8  # comms of one stage and size, pooled: their ratios' own spread counts too
@@ -119,6 +122,20 @@ def _median(xs: list[float]) -> float:
     return float(statistics.median(xs)) if xs else 0.0
 
 
+
+def _sized(size: float, normal: float) -> tuple[float, bool]:
+    """How much longer than its normal a P2P channel's transfer of `size` bytes may take (its
+    normal is for its normal size: a larger message takes at most proportionally longer;
+    a smaller one no less than the normal), and whether the size is alike enough to learn
+    from. A serving engine's pipeline sends carry a decode step's activations (16 KiB) or a
+    chunked prefill's (megabytes), its KV transfers a prompt's cache: the sixteenth
+    generator's healthy engines were P2 `slow_link`s a minute apart, 1.37 ms against a normal
+    0.033 ms. Sizes a probe does not give (0) compare as alike."""
+    if size <= 0 or normal <= 0:
+        return 1.0, True
+    ratio = size / normal
+    return max(1.0, ratio), 1 / SIZE_ALIKE <= ratio <= SIZE_ALIKE
+
 class SlowTracker(StallRules):
     def __init__(self, slow_impact: float, slow_windows: int, model: str = "river"):
         self.slow_impact = slow_impact
@@ -142,6 +159,8 @@ class SlowTracker(StallRules):
         self.in_use_since: dict[str, int] = {}  # comm -> when an evaluation first saw it in use
         self.due_ns = 0  # when time alone may conclude a rank hot over enough windows (0: none)
         self.stall_log: dict[tuple[int, str], deque] = {}  # (rank, comm) -> (window end, ms) of its windows with stalls
+        self.late = LateArrivals(slow_impact)  # ranks late at every call of a job-wide comm (`late.py`)
+        self.open_ranks: set[int] = set()  # ranks with an incident open, as of the latest evaluation
         self.long: dict[str, dict[int, tuple]] = {}  # the latest evaluation's figures over each comm's horizon
         self.coords: dict[int, dict] = {}  # the job's ranks' coordinates, as the latest evaluation had them
     # --- inputs -----------------------------------------------------------------------
@@ -228,6 +247,8 @@ class SlowTracker(StallRules):
             return
         self._take(ct, rep)
         ct.lag_ms = dict(zip(rep["ranks"], rep["lag_ms"]))
+        ct.bytes_ratio = dict(zip(rep["ranks"], rep["bytes_ratio"])) if "bytes_ratio" in rep else {}
+        self.late.window(rep["comm"], rep["ranks"], rep, self.open_ranks)
         xfer = float(rep.get("xfer_ms", 0.0))
         ct.xfer_ms = xfer
         if ct.base_xfer < 0:
@@ -249,24 +270,28 @@ class SlowTracker(StallRules):
             return  # an idle pipeline comm: its last figures stand
         self._take(ct, rep)
         ct.crank = rep.get("crank")
-        for r, p, ms in rep.get("links", ()):
+        for r, p, ms, size in rep.get("links", ()):
             ch = ct.channels.get((r, p))
             if ch is None:
                 if len(ct.channels) >= MAX_LINK_CHANNELS:
                     continue
-                ch = ct.channels[(r, p)] = [ms, ms, 0, 0]
-            ch[1], ch[3] = ms, ch[3] + 1
-            if ms >= LINK_FACTOR * ch[0] + P2P_LINK_MIN_MS and ch[3] > LINK_GRACE:
+                ch = ct.channels[(r, p)] = [ms, ms, 0, 0, size, size]
+            ch[1], ch[3], ch[5] = ms, ch[3] + 1, size
+            scale, alike = _sized(size, ch[4]) if SIZED_LINKS else (1.0, True)
+            if ms >= LINK_FACTOR * ch[0] * scale + P2P_LINK_MIN_MS and ch[3] > LINK_GRACE:
                 ch[2] += 1
             else:
                 ch[2] = 0
-                ch[0] += LEARN * (ms - ch[0])
+                if alike:
+                    ch[0] += LEARN * (ms - ch[0])
+                    ch[4] += LEARN * (size - ch[4])
 
     def forget_comm(self, comm: str) -> None:
         self.in_use_since.pop(comm, None)
         self.slow_groups.pop(comm, None)
         self.group_since.pop(comm, None)
         ct = self.comms.pop(comm, None)
+        self.late.forget(comm)
         for r in ct.ranks if ct else ():
             self.low_busy.pop((r, comm), None)
             self.stall_log.pop((r, comm), None)
@@ -485,6 +510,7 @@ class SlowTracker(StallRules):
                  in_use: dict[str, list[int]] | None = None, stale: set[str] = frozenset()) -> dict[int, dict]:
         """Slow ranks now: rank -> evidence (`ratio`, `impact`, `onset_ns`, `comm`, busy gaps)."""
         self.fresh = False
+        self.open_ranks = open_ranks
         self.compute = self.compute_shares(now_ns, in_use, stale)
         self.coords = coords
         long = self.long = self._comm_ratios(now_ns, stale, latest=False)
@@ -1065,7 +1091,7 @@ class SlowTracker(StallRules):
 
     def _channel_links(self, comm: str, ct: CommTiming, node_of: dict[int, str], slow_ranks: set[int], hot: list,
                        cool: list, hot_pairs: set) -> None:
-        for (r, p), (base, ms, streak, _) in ct.channels.items():
+        for (r, p), (base, ms, streak, _, normal_size, size) in ct.channels.items():
             a, b = node_of.get(r), node_of.get(p)
             if a is None or b is None or a == b:
                 continue
@@ -1074,8 +1100,19 @@ class SlowTracker(StallRules):
             elif streak >= self.slow_windows and not (slow_ranks & {r, p}) and all(
                     self.ratio.get(x, 1.0) < 1 + self.slow_impact for x in (r, p)):
                 hot.append({"comm": comm, "nodes": sorted((a, b)), "ranks": [p, r], "xfer_ms": ms,
-                            "normal_xfer_ms": round(base, 3)})
+                            "normal_xfer_ms": round(base, 3), "bytes": int(size),
+                            "normal_bytes": int(normal_size)})
                 hot_pairs.add((min(a, b), max(a, b)))
+
+    def heavy(self, rank: int) -> tuple[float, str]:
+        """The largest share of data `rank` carries over its peers' median in a collective comm
+        whose members' message sizes differ (its newest window), and that comm."""
+        best, where = 1.0, ""
+        for comm, ct in self.comms.items():
+            v = ct.bytes_ratio.get(rank, 1.0)
+            if v > best:
+                best, where = v, comm
+        return best, where
 
     def lateness(self) -> dict[int, float]:
         """Each rank's largest mean arrival lag (ms) in its comms' latest windows."""

@@ -59,6 +59,7 @@ STALL_MIN_NS = 100_000_000  # a member's gap this much over the other members' f
 STALL_TYPICAL = 3.0  # ... and this many times the window's typical gap is a stall (`busy_stall`)
 GATE_RATIO = 0.25  # a member's enqueue-to-completion under this share of the other members' ...
 GATE_MIN_NS = 50_000_000  # ... and this much shorter: the call waited for its host (`enqueue_gate`)
+UNEVEN = 0.1  # members' message sizes this far apart are reported (`_bytes_ratio`)
 
 
 def _r(a: np.ndarray, nd: int = 4) -> list[float]:
@@ -116,7 +117,26 @@ def window_report(state: CommState, a: int, b: int, now_ns: int) -> dict | None:
         "busy_ms": busy, "busy_n": nbusy, "busy_share": share, "busy_steady": steady, "busy_med_ms": med,
         "busy_tail": tail, "busy_stall": stall,
     })
+    heavy = _bytes_ratio(state)
+    if heavy is not None:
+        rep["bytes_ratio"] = heavy
     return rep
+
+
+def _bytes_ratio(state: CommState) -> list[float] | None:
+    """Each member's mean message size since the last window over the members' median, where
+    they differ by `UNEVEN` or more (an uneven all-to-all: a recommender's hot tables, a hot
+    expert's returns), else None; the sums start afresh."""
+    with np.errstate(all="ignore"):
+        mean = state.sent / state.sent_n
+    state.sent[:] = 0.0
+    state.sent_n[:] = 0
+    ok = np.isfinite(mean) & (mean > 0)
+    if ok.sum() < 2:
+        return None
+    mid = float(np.median(mean[ok]))
+    ratio = np.where(ok, mean / mid, 1.0)
+    return _r(ratio, 3) if float(np.abs(ratio - 1.0).max()) >= UNEVEN else None
 
 
 def enqueue_gate(state: CommState, rows: np.ndarray) -> dict:
@@ -316,9 +336,9 @@ def p2p_reports(state: CommState, now_ns: int, width_ns: int, lag_ns: int) -> li
     if now_ns - state.p2p_win_start > 8 * width_ns + lag_ns:  # far behind (idle, or a jump): skip ahead
         state.p2p_win_start = (now_ns - lag_ns) // width_ns * width_ns - width_ns
     if state.p2p_iv:
-        slot, t0, t1, kind, peer, seq = (np.concatenate([iv[k] for iv in state.p2p_iv]) for k in range(6))
+        slot, t0, t1, kind, peer, seq, nb = (np.concatenate([iv[k] for iv in state.p2p_iv]) for k in range(7))
     else:
-        slot = t0 = t1 = kind = peer = seq = np.zeros(0, np.int64)
+        slot = t0 = t1 = kind = peer = seq = nb = np.zeros(0, np.int64)
     recv = kind <= RECV_BWD
     while state.p2p_win_start + width_ns + lag_ns <= now_ns:
         a = state.p2p_win_start
@@ -332,24 +352,26 @@ def p2p_reports(state: CommState, now_ns: int, width_ns: int, lag_ns: int) -> li
             rep["inside"] = _r(np.minimum(inside / width_ns, 1.0))
             rep["crank"] = state.crank.tolist()
             rep.update(_p2p_busy(state.n, slot, t0, t1, kind, a, b, width_ns))
-            rep["links"] = _transfers(state, slot, peer, seq, t1 - t0, recv, t1, a, b)
+            rep["links"] = _transfers(state, slot, peer, seq, t1 - t0, recv, t1, a, b, nb)
         out.append(rep)
         state.p2p_untimed = 0
         state.p2p_win_start = b
     # keep what a later window needs: calls not over, and each member's last recv before it
     keep = t1 > state.p2p_win_start - width_ns
-    state.p2p_iv = [(slot[keep], t0[keep], t1[keep], kind[keep], peer[keep], seq[keep])] if keep.any() else []
+    state.p2p_iv = [(slot[keep], t0[keep], t1[keep], kind[keep], peer[keep], seq[keep], nb[keep])] if keep.any() else []
     state.p2p_iv_n = int(keep.sum())
     return out
 
 
 def _transfers(state: CommState, slot: np.ndarray, peer: np.ndarray, seq: np.ndarray, dur: np.ndarray,
-               recv: np.ndarray, t1: np.ndarray, a: int, b: int) -> list[list]:
+               recv: np.ndarray, t1: np.ndarray, a: int, b: int, nbytes: np.ndarray) -> list[list]:
     """Per channel (receiver, sender) with recvs that ended in [a, b): the median transfer time
-    of its messages, in ms. A send k and its recv k each last their wait for the other plus
-    the transfer; the later of the two waits for nothing, so the shorter of the two durations
-    is the transfer, each timed on its own rank's clock (no offset between nodes in it, and
-    no wait for a slow sender or receiver). `[rank, sender rank, ms]` each (`slow.py`)."""
+    of its messages, in ms, and their median size in bytes. A send k and its recv k each last
+    their wait for the other plus the transfer; the later of the two waits for nothing, so the
+    shorter of the two durations is the transfer, each timed on its own rank's clock (no
+    offset between nodes in it, and no wait for a slow sender or receiver). `[rank, sender
+    rank, ms, bytes]` each (`slow.py`: a channel whose messages vary in size, as a serving
+    engine's prefill and decode activations and KV caches do, is judged against its size)."""
     r = np.flatnonzero(recv & (t1 >= a) & (t1 < b))
     s_ = np.flatnonzero(~recv)
     if not len(r) or not len(s_):
@@ -366,13 +388,18 @@ def _transfers(state: CommState, slot: np.ndarray, peer: np.ndarray, seq: np.nda
     if not len(pair):
         return []
     x = np.minimum(dur[idx[pair]], dur[idx[pair + 1]]).astype(np.float64)
+    size = nbytes[idx[pair]]
     ch = ch[pair]
     order = np.lexsort((x, ch))
     ch, x = ch[order], x[order]
     uk, first, counts = np.unique(ch, return_index=True, return_counts=True)
     med = x[first + counts // 2]
+    sz = size[order]
+    so = np.lexsort((sz, ch))  # sizes sorted within each channel (its groups as `first` says)
+    med_b = sz[so][first + counts // 2]
     ranks = state.rank_of
-    return [[int(ranks[k // n]), int(ranks[k % n]), round(v / 1e6, 4)] for k, v in zip(uk.tolist(), med.tolist())]
+    return [[int(ranks[k // n]), int(ranks[k % n]), round(v / 1e6, 4), int(nb_)]
+            for k, v, nb_ in zip(uk.tolist(), med.tolist(), med_b.tolist())]
 
 
 def _p2p_busy(n: int, slot: np.ndarray, t0: np.ndarray, t1: np.ndarray, kind: np.ndarray, a: int, b: int,

@@ -41,8 +41,9 @@ class HandJob:
         self.incidents += self.det.tick(msg.ts_ns)
 
     def collective(self, comm: int, seq: int, starts: dict[int, int], end: int | None, skew: dict | None = None,
-                   op: int = wire.OP_ALLREDUCE) -> None:
-        """Ranks of `starts` enter `seq` at the given times; all complete at `end` (None: never)."""
+                   op: int = wire.OP_ALLREDUCE, nbytes: dict[int, int] | None = None) -> None:
+        """Ranks of `starts` enter `seq` at the given times; all complete at `end` (None: never);
+        each sends 1 MiB, or `nbytes[rank]`."""
         ranks = self.comms[comm]
         skew = skew or {}
         rows = [r for r in ranks if r in starts]
@@ -54,7 +55,7 @@ class HandJob:
         recs["rank"] = rows
         recs["comm_rank"] = [ranks.index(r) for r in rows]
         recs["nranks"] = len(ranks)
-        recs["bytes"] = 1 << 20
+        recs["bytes"] = [(nbytes or {}).get(r, 1 << 20) for r in rows]
         recs["t_start_ns"] = [starts[r] + skew.get(self.nodes[r], 0) for r in rows]
         if end is not None:
             recs["flags"] = wire.FLAG_COMPLETED
@@ -69,10 +70,10 @@ class HandJob:
         self.send(Message(topics.CALLS, topics.comm_key(self.job, comm), self.now, wire.encode_batch(recs)))
 
     def transfer(self, comm: int, seq: int, src: int, dst: int, sent: int | None, posted: int | None,
-                 end: int | None) -> None:
+                 end: int | None, nbytes: int = 1 << 20) -> None:
         """One send/receive pair of a point-to-point comm, its `seq`-th on that channel: `src`
         enters its send at `sent` and `dst` its receive at `posted` (None: never); both complete
-        at `end` (None: never)."""
+        at `end` (None: never); the message is `nbytes` long."""
         ranks = self.comms[comm]
         rows = [(r, peer, op, t) for r, peer, op, t in ((src, dst, wire.OP_SEND, sent), (dst, src, wire.OP_RECV, posted))
                 if t is not None]
@@ -85,7 +86,7 @@ class HandJob:
         recs["comm_rank"] = [ranks.index(r) for r, _, _, _ in rows]
         recs["peer"] = [ranks.index(peer) for _, peer, _, _ in rows]
         recs["nranks"] = len(ranks)
-        recs["bytes"] = 1 << 20
+        recs["bytes"] = nbytes
         recs["t_start_ns"] = [t for _, _, _, t in rows]
         if end is not None:
             recs["flags"] = wire.FLAG_COMPLETED

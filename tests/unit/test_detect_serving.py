@@ -17,11 +17,14 @@ KV1 = {10: [0, 2], 11: [0, 3], 12: [1, 4], 13: [1, 5]}
 
 
 def _serve(settings, seconds: int, every: tuple[int, int], stuck: tuple[int, int] | None = None,
-           one_gpu_prefill: bool = False) -> HandJob:
+           one_gpu_prefill: bool = False, long_prompts: bool = False, slow_link_from: int | None = None) -> HandJob:
     """Every engine runs a forward (one TP all-reduce) every 50 ms; prefill A hands a request's
     KV cache on every `every[0]` forwards, prefill B every `every[1]`: the decode rank posts its
     receive when the request comes (200 ms before), the send follows the prefill forward.
-    `stuck`: (comm, from s) where the sender never posts again, its engine serving on."""
+    `stuck`: (comm, from s) where the sender never posts again, its engine serving on.
+    `long_prompts`: from 20 s to 30 s and from 50 s to 60 s of each minute the caches are 16 MiB
+    (1 MiB otherwise) and take 12 ms to send instead of 3. `slow_link_from`: from this second on,
+    every transfer takes 3x as long."""
     tp, kv = (TP1, KV1) if one_gpu_prefill else (TP, KV)
     engines = [[0], [1], *tp.values()] if one_gpu_prefill else list(tp.values())
     coords = {r: {"tp": i, "pp": 0, "dp": e} for e, ranks in enumerate(engines) for i, r in enumerate(ranks)}
@@ -41,7 +44,10 @@ def _serve(settings, seconds: int, every: tuple[int, int], stuck: tuple[int, int
                 job.transfer(c, seq[c], src, dst, None, t - 200 * MS, None)  # never sent: its receiver waits
                 blocked.add(c)
                 continue
-            job.transfer(c, seq[c], src, dst, t + 3 * MS, t - 200 * MS, t + 6 * MS)
+            big = long_prompts and (t - T0) // S % 30 >= 20
+            worse = slow_link_from is not None and t >= T0 + slow_link_from * S
+            took = (12 if big else 3) * MS * (3 if worse else 1)
+            job.transfer(c, seq[c], src, dst, t + 3 * MS, t - 200 * MS, t + 3 * MS + took, (16 if big else 1) << 20)
             seq[c] += 1
         if k % 20 == 0:
             job.beat(t + 10 * MS)
@@ -98,3 +104,24 @@ def test_ranks_inside_sends_to_each_other_while_they_run_on_are_no_progressing_r
             job.beat(t + 10 * MS)
     hangs = [i for i in job.incidents if i["kind"] == "hang"]
     assert bool(hangs) == drill, hangs
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_long_prompts_kv_caches_are_no_slow_link(settings, monkeypatch, drill):
+    """KV caches of long prompts (16 MiB, 12 ms) come in bursts between those of short ones
+    (1 MiB, 3 ms) on the KV comms across the two nodes: a transfer is judged against its size,
+    nothing is raised. Drill: judged against the channel's normal time alone, the bursts are a
+    slow link between the nodes."""
+    if drill:
+        monkeypatch.setattr(slow, "SIZED_LINKS", False)
+    job = _serve(settings, 90, (6, 6), long_prompts=True)
+    links = [i for i in job.incidents if i["kind"] == "slow_link"]
+    assert bool(links) == drill, links
+
+
+def test_a_link_slow_for_every_size_is_still_found(settings):
+    """The same traffic over a link 3x slower from 65 s on: a slow link between the two nodes."""
+    job = _serve(settings, 90, (6, 6), long_prompts=True, slow_link_from=65)
+    links = [i for i in job.incidents if i["kind"] == "slow_link"]
+    assert links and links[0]["opened_ns"] >= T0 + 65 * S, links
+    assert set(links[0]["culprit_nodes"]) <= {"n0", "n1"}, links

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from commwatch.streams.detect import job_slow
 from commwatch.streams.detect.job_slow import UNFELT_SHARE
 from commwatch.streams.detect.job_stage import JobStage
 from commwatch.streams.detect.rank_model import RankModel
@@ -105,11 +106,13 @@ def test_a_healthy_rl_job_whose_rank_0_broadcasts_the_weights_alone_pages_nobody
     15 trainer peers wait in the next all-gather, 9 s every minute. Named P3 at the first sync
     (before the job's baseline settled), it rose to P1 "the job loses ~60 %" at the second,
     its training iterations 0.1 % over those before. Drill: a claim made before the baseline
-    settled stands."""
+    settled stands, and P1 follows the incident's age (each sync, 9 s, costs half the job's
+    time for less than the 10 s `HALF_LASTS` asks for)."""
     from commwatch.streams.detect.steps import StepTracker
 
     if drill:
         monkeypatch.setattr(StepTracker, "loss_around", lambda self, since_ns: None)
+        monkeypatch.setattr(job_slow, "HALF_LASTS", False)
     cap, truth = gen_m("ctl_sync")
     assert truth["kind"] == "healthy"
     paged = {(e["severity"], tuple(e["culprit_ranks"])) for e in replayed(settings, cap)
