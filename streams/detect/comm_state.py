@@ -134,7 +134,7 @@ class CommState:
         self.listed: dict[str, set[int]] = {}  # node -> slots its heartbeats for this comm have listed
         self.unlisted: dict[int, int] = {}  # slot -> heartbeats of its node in a row without it
         self.offsets = np.zeros(0, np.float64)
-        self.sent = np.zeros(0, np.float64)  # per member: bytes of its completed collectives since the last window ...
+        self.sent = np.zeros(0, np.float64)  # per member: bytes of its completed all-to-alls since the last window ...
         self.sent_n = np.zeros(0, np.int64)  # ... and how many (`windows.window_report`: `bytes_ratio`)
         self.first_ns = 0
         self.d_max = -1  # highest collective completed by any member
@@ -504,8 +504,10 @@ class CommState:
         self.ok[row, slot] = timed & (t1 >= t0) & (t0 > 0)
         self.ops[row] = c["op"]
         self.bytes[row] = c["bytes"]
-        self.sent += np.bincount(slot, weights=c["bytes"].astype(np.float64), minlength=self.n)[: self.n]
-        self.sent_n += np.bincount(slot, minlength=self.n)[: self.n]
+        a2a = c["op"] == wire.OP_ALLTOALL  # the one collective whose members' sizes may differ by design
+        if a2a.any():
+            self.sent += np.bincount(slot[a2a], weights=c["bytes"][a2a].astype(np.float64), minlength=self.n)[: self.n]
+            self.sent_n += np.bincount(slot[a2a], minlength=self.n)[: self.n]
         return self._advance()
 
     def _apply_p2p(self, c: np.ndarray, slot: np.ndarray, done: np.ndarray, timed: np.ndarray, ts: np.ndarray,

@@ -124,9 +124,12 @@ def window_report(state: CommState, a: int, b: int, now_ns: int) -> dict | None:
 
 
 def _bytes_ratio(state: CommState) -> list[float] | None:
-    """Each member's mean message size since the last window over the members' median, where
-    they differ by `UNEVEN` or more (an uneven all-to-all: a recommender's hot tables, a hot
-    expert's returns), else None; the sums start afresh."""
+    """Each member's mean all-to-all size since the last window over the members' median, where
+    they differ by `UNEVEN` or more (a recommender's hot tables, a hot expert's returns), else
+    None; the sums start afresh. Only all-to-alls: every other collective has its members move
+    equal counts, and a mean over a window of mixed calls (an FSDP comm's 64 MiB
+    reduce-scatters and 4-byte all-reduces) differs by which of them fell in it: the third
+    generator's 1.3x GPU read as carrying 1.5x its peers' data."""
     with np.errstate(all="ignore"):
         mean = state.sent / state.sent_n
     state.sent[:] = 0.0
