@@ -25,8 +25,9 @@ HW_SLOW_EVIDENCE_RATIO = 0.95
 CLOCK_ALIKE = 0.1  # GPUs whose clocks fell at once to within this share of a slow group's are slowed with it
 LINK_LONE_APART = True  # a rank found alone on its node, in a comm apart from an open link's, is no victim of it (`_link_victims`)
 P1_AFTER_NS = 10_000_000_000  # a slow rank costing half the job's time is P1 once it lasts this long
-HALF_LASTS = True  # ... the cost, not the incident (a drill turns it off) ...
-HALF_CLEAR = 0.4  # ... until it costs less than this share
+HALF_LASTS = True  # ... and costing `HALF_CLEAR` or more for `HALF_HOLD_NS` (a drill turns it off)
+HALF_CLEAR = 0.4
+HALF_HOLD_NS = 3_000_000_000
 HEAVY = 1.25  # a lone slow rank whose messages are this much larger than its peers' does more work by design: P3
 HEAVY_BY_DESIGN = True  # (a drill turns it off)
 P2_AFTER_NS = 10_000_000_000  # one costing a fifth of it is P2 once it lasts this long (P3 before; half of it: P2 at once)
@@ -529,18 +530,17 @@ class SlowRules:
             if impact < 0.5 and age >= P2_AFTER_NS and (self._experts(js) or js.book.faded_since(
                     "slow_rank", now_ns - MOVING_NS, key)):
                 after = MOVING_P2_AFTER_NS
-            # P1 once it has cost half the job's time that long, not once open that long: the
-            # recommender generator's hot-table rank, 1.8x hotter for 6 iterations now and then
-            # (noise by design), open at P2 for 5 s, was P1 0.2 s into such a burst
-            # (from the first evaluation at half to the first under `HALF_CLEAR`: a 2x rank's
-            # cost is half, give or take a few %)
-            if impact >= 0.5:
+            # P1 once open that long and near half the job's time for `HALF_HOLD_NS` (from the
+            # first evaluation at `HALF_CLEAR` or more to the first under it): the recommender
+            # generator's hot-table rank, 1.8x hotter for 6 iterations now and then (noise by
+            # design), open at P2 for 5 s at a fifth, was P1 0.2 s into such a burst
+            if impact >= HALF_CLEAR:
                 js.half_since.setdefault(key, now_ns)
-            elif impact < HALF_CLEAR:
+            else:
                 js.half_since.pop(key, None)
             half = js.half_since.get(key)
-            lasted = (now_ns - half if half is not None else 0) if HALF_LASTS else age
-            sev = ("P1" if impact >= 0.5 and lasted >= P1_AFTER_NS else
+            held_half = not HALF_LASTS or (half is not None and now_ns - half >= HALF_HOLD_NS)
+            sev = ("P1" if impact >= 0.5 and age >= P1_AFTER_NS and held_half else
                    "P2" if impact >= 0.5 or (impact >= 0.2 and age >= after) else "P3")
             heavy, heavy_in = js.slow.heavy(ranks[0]) if len(ranks) == 1 else (1.0, "")
             if heavy >= HEAVY and HEAVY_BY_DESIGN:
