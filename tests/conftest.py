@@ -203,3 +203,10 @@ def gen_o(tmp_path_factory):
     """A capture of the fifteenth independent generator (`tests/independent/tenants`: many jobs
     in one capture) and its truth (its default base seed 1)."""
     return _scenario_truth(tmp_path_factory, "tenants", 1)
+
+
+@pytest.fixture(scope="session")
+def gen_q(tmp_path_factory):
+    """A capture of the seventeenth independent generator (`tests/independent/recsys`:
+    recommendation-model training) and its truth (its default base seed 1)."""
+    return _scenario_truth(tmp_path_factory, "recsys", 1)

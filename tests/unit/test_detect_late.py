@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from commwatch.streams.detect import job_slow, late
-from detect_jobs import MS, S, T0, HandJob
+from detect_jobs import MS, S, T0, HandJob, replayed
 
 RANKS = list(range(8))
 
@@ -111,3 +111,25 @@ def test_a_rank_with_hot_tables_is_advice_not_a_fault(settings, monkeypatch, dri
     if not drill:
         inc = next(i for i in job.incidents if i["kind"] == "slow_rank")
         assert inc["evidence"]["bytes_ratio"] >= 1.9 and "by design" in inc["summary"], inc
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_phase_straggler_is_named_beside_a_hot_rank_that_explains_little(settings, gen_q, monkeypatch, drill):
+    """The seventeenth generator's host-enqueue recommender job drawn with 2 (16 ranks, steps
+    with phases): rank 5's GPU 1.5x from ~28 s, the job ~25 % slower, only its phases show it;
+    hot-table rank 0 is named P3 by its phases (~5 %) at the onset. Rank 5 is named within 10 s
+    and rises to P2; its incident does not resolve while the fault lasts. Drill: a rank found
+    at all (the hot one) stops the job's loss from being explained by a phase straggler: 5 is
+    named 28 s after the onset and resolved mid-fault."""
+    if drill:
+        monkeypatch.setattr(job_slow, "LOCAL_EXPLAINED", 1e-9)  # only where nothing is found, as before
+    cap, truth = gen_q("slow_gpu_enq", seed=2)
+    assert truth["culprit_ranks"] == [5]
+    events = [e for e in replayed(settings, cap) if e["kind"] == "slow_rank" and e["culprit_ranks"] == [5]]
+    opened = min(e["opened_ns"] for e in events)
+    resolved = [e for e in events if e["status"] == "resolved"]
+    if drill:
+        assert opened - truth["onset_ns"] > 15 * S and resolved, events
+    else:
+        assert opened - truth["onset_ns"] < 10 * S and not resolved, events
+        assert any(e["severity"] == "P2" for e in events)
