@@ -494,7 +494,7 @@ class SlowRules:
             found.setdefault(r, ev)  # a rank found slow otherwise is that; one that stalls again and again, this
         p2p = {c for c, ct in js.slow.comms.items() if ct.p2p}
         fresh = now_ns - max(5e9, 3 * js.slow.step_ns)
-        for r, ev in js.slow.late.found(now_ns, fresh, world, in_use, p2p, found.keys() | hung).items():
+        for r, ev in js.slow.late.found(fresh, world, in_use, p2p, found.keys() | hung).items():
             found.setdefault(r, ev)  # late at every call of a job-wide comm: its work outside them (`late.py`)
         loss = js.steps.slowdown()
         for r, ev in js.gate.evaluate(now_ns).items():  # host-enqueue: the host the job's calls wait for

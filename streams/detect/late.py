@@ -33,43 +33,38 @@ MIN_MEMBERS = 4  # a comm of fewer members has no peers' median to speak of
 
 
 class LateArrivals:
-    """Per (rank, comm): [windows late in a row, since, latest cost, latest lag, peers' lag, ts]."""
+    """Per comm, the run of windows in which one rank came late: [rank, windows in a row, since,
+    latest cost, its lag, the peers' lag, latest window] (only the latest rank of a window can
+    be the one all wait for: a comm holds one run at most)."""
 
     def __init__(self, slow_impact: float):
         self.impact = slow_impact
-        self.runs: dict[tuple[int, str], list] = {}
+        self.runs: dict[str, list] = {}
 
     def window(self, comm: str, ranks: list[int], rep: dict, held: set[int]) -> None:
         """One collective window's figures (`windows.window_report`)."""
         lags = np.asarray([np.nan if v is None else v for v in rep.get("lag_ms") or ()], float)
         span_ms = rep.get("span_ns", 0) / 1e6
         if len(lags) != len(ranks) or len(ranks) < MIN_MEMBERS or span_ms <= 0 or not np.isfinite(lags).all():
+            self.runs.pop(comm, None)
             return
-        late = np.zeros(len(ranks), bool)
-        costs = np.zeros(len(ranks))
-        order = np.argsort(lags)
-        top = int(order[-1])  # only the latest can be the one all wait for
+        top = int(np.argmax(lags))
         others = np.delete(lags, top)
         mid = float(np.median(others))
         mad = max(float(np.median(np.abs(others - mid))), LAG_FLOOR_MS)
-        excess = lags[top] - mid
+        excess = float(lags[top]) - mid
         cost = excess * rep.get("timed", rep.get("instances", 0)) / span_ms
-        need = self.impact / 2 if ranks[top] in held else self.impact
-        if excess >= LAG_STAND * mad and cost >= need:
-            late[top], costs[top] = True, cost
-        for i, r in enumerate(ranks):
-            key = (r, comm)
-            run = self.runs.get(key)
-            if not late[i]:
-                if run is not None:
-                    del self.runs[key]
-                continue
-            if run is None:
-                run = self.runs[key] = [0, rep["ts_ns"], 0.0, 0.0, 0.0, 0]
-            run[0] += 1
-            run[2:] = [float(costs[i]), float(lags[i]), mid, rep["ts_ns"]]
+        rank = ranks[top]
+        if excess < LAG_STAND * mad or cost < (self.impact / 2 if rank in held else self.impact):
+            self.runs.pop(comm, None)
+            return
+        run = self.runs.get(comm)
+        if run is None or run[0] != rank:
+            run = self.runs[comm] = [rank, 0, rep["ts_ns"], 0.0, 0.0, 0.0, 0]
+        run[1] += 1
+        run[3:] = [cost, float(lags[top]), mid, rep["ts_ns"]]
 
-    def found(self, now_ns: int, fresh_ns: int, world: int, in_use: dict[str, list[int]], p2p: set[str],
+    def found(self, fresh_ns: int, world: int, in_use: dict[str, list[int]], p2p: set[str],
               skip: set[int]) -> dict[int, dict]:
         """Ranks late now: rank -> evidence. `in_use`: comm -> members of the job's comms in use;
         judged only when each is a collective (`p2p`: those that are not) over all `world` ranks.
@@ -78,7 +73,7 @@ class LateArrivals:
         if not LATE or not in_use or p2p.intersection(in_use) or any(len(m) != world for m in in_use.values()):
             return {}
         out: dict[int, dict] = {}
-        for (r, comm), (n, since, cost, lag, mid, ts) in self.runs.items():
+        for comm, (r, n, since, cost, lag, mid, ts) in self.runs.items():
             if r in skip or n < LATE_WINDOWS or ts - since < LATE_MIN_NS or ts < fresh_ns or comm not in in_use:
                 continue
             if r in out and out[r]["impact"] >= cost:
@@ -89,5 +84,4 @@ class LateArrivals:
         return out
 
     def forget(self, comm: str) -> None:
-        for key in [k for k in self.runs if k[1] == comm]:
-            del self.runs[key]
+        self.runs.pop(comm, None)
