@@ -64,6 +64,7 @@ P2P_WINDOW_NS = 1_000_000_000
 P2P_LAG_NS = 500_000_000
 QUIET_NS = 1_000_000_000  # a member without progress this long is listed as quiet
 STUCK_NS = 5_000_000_000  # a completion counter stopped this long behind its peers is stuck ...
+IMPLIED_DONE = True  # a member inside a call its peers completed is not quiet since it entered (a drill turns it off)
 STUCK_BEHIND_NS = 2_000_000_000  # ... once behind them this long (two heartbeats: not a report a moment late)
 
 
@@ -371,6 +372,14 @@ class CommStage:
         _, p99 = st.gap_quantiles()
         ranks = st.rank_of
         since = np.where(st.adv_ns > 0, st.adv_ns, st.first_ns)
+        if IMPLIED_DONE and not st.p2p_only:
+            # a member inside a call its peers completed completed it too (a collective completes
+            # on every member or on none): its record is on the way. The islands generator's site
+            # leaders, 20 s in a WAN all-reduce whose first completions came from other nodes,
+            # were named hung ("silent" since they entered it) by the broadcast their sites
+            # waited in, 0.3 s after they left it
+            implied = (st.completed < st.started) & (st.started <= st.d_max)
+            since = np.where(implied, np.maximum(since, st.d_adv_ns), since)
         quiet = np.flatnonzero(now_ns - since >= QUIET_NS)
         stuck = np.flatnonzero(st.ever_done & (st.completed < st.d_max) & ~st.exited
                                & (now_ns - st.done_adv_ns >= STUCK_NS) & (st.done_adv_ns < st.d_adv_ns))
