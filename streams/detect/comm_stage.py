@@ -378,8 +378,9 @@ class CommStage:
             # leaders, 20 s in a WAN all-reduce whose first completions came from other nodes,
             # were named hung ("silent" since they entered it) by the broadcast their sites
             # waited in, 0.3 s after they left it
-            implied = (st.completed < st.started) & (st.started <= st.d_max)
-            since = np.where(implied, np.maximum(since, st.d_adv_ns), since)
+            # (observed completions only: a call given up on, COMPLETION_LOST, completed nowhere)
+            implied = (st.completed < st.started) & (st.started <= st.seen_d)
+            since = np.where(implied, np.maximum(since, st.seen_d_ns), since)
         quiet = np.flatnonzero(now_ns - since >= QUIET_NS)
         stuck = np.flatnonzero(st.ever_done & (st.completed < st.d_max) & ~st.exited
                                & (now_ns - st.done_adv_ns >= STUCK_NS) & (st.done_adv_ns < st.d_adv_ns))

@@ -73,7 +73,11 @@ REAL = _by_flags(lambda f: f & _G or not f & _E)
 # timed, or a host-enqueue call whose completion its probe observed (`windows.enqueue_gate`)
 ENDED = _by_flags(lambda f: (f & _C and not f & _L and (f & _G or not f & _E)) or (f & _C and f & (_E | _G | _L) == _E))
 HOST_TIMED = _by_flags(lambda f: not f & _G)  # t_start is the host's entry
+# a completion a host-enqueue probe observed without device times: a probe that never says
+# when its device started a call (wire spec section 1; `queued_in`)
+HOST_DONE = _by_flags(lambda f: f & (_C | _E | _G) == _C | _E)
 
+HOST_PROBES_UNKNOWN = True  # `queued_in` lists no member whose probe cannot see device starts (a drill turns it off)
 NO_TIME = 1 << 62  # `edev` of an instance no device start is known for
 GONE_BEATS = 2  # heartbeats of its node for the comm in a row that no longer list a rank: its process is gone
 RECV_FWD, RECV_BWD, SEND_FWD, SEND_BWD = 0, 1, 2, 3  # P2P call kinds (from/to an earlier/later stage)
@@ -123,6 +127,7 @@ class CommState:
         self.started = np.zeros(0, np.int64)
         self.completed = np.zeros(0, np.int64)
         self.ever_done = np.zeros(0, bool)
+        self.host_done = np.zeros(0, bool)  # its completions come from a host-enqueue probe (`HOST_DONE`)
         self.adv_ns = np.zeros(0, np.int64)
         self.born_ns = np.zeros(0, np.int64)  # when a member was first seen, by its own stamps
         self.done_adv_ns = np.zeros(0, np.int64)
@@ -192,7 +197,7 @@ class CommState:
             return np.concatenate([a, np.full(add, fill, a.dtype)])
 
         for name, fill in (("rank_of", -1), ("crank", -1), ("started", -1), ("completed", -1),
-                           ("ever_done", False), ("adv_ns", 0), ("born_ns", 0), ("done_adv_ns", 0), ("behind_ns", 0),
+                           ("ever_done", False), ("host_done", False), ("adv_ns", 0), ("born_ns", 0), ("done_adv_ns", 0), ("behind_ns", 0),
                            ("seen_done", -1), ("seen_adv_ns", 0), ("exited", False), ("left", False), ("offsets", 0.0),
                            ("sent", 0.0), ("sent_n", 0)):
             setattr(self, name, ext(getattr(self, name), fill))
@@ -408,6 +413,9 @@ class CommState:
         else:
             self._advanced(slot, ts)
         done = DONE[flags]
+        host = HOST_DONE[flags]
+        if host.any():
+            self.host_done[slot[host]] = True
         observed = OBSERVED[flags]
         timed = TIMED[flags]
         ops = recs["op"]
@@ -759,13 +767,19 @@ class CommState:
         """Of `slots` (members that entered instance `seq`), those known only to have queued it
         (a host enqueue) while another member is known inside it (its device started it, or
         its host blocked in it): their devices have not reached it. Empty when no member is
-        known inside (a probe without device entries tells nothing of it)."""
+        known inside (a probe without device entries tells nothing of it), and never a member
+        whose probe observes completions on the host (`host_done`): it writes no device
+        entries, so its device may well be inside. The islands generator's two sites under such
+        probes, beside two GPU-timed sites in a 7-10 s WAN all-reduce, were named P0 each outer
+        round: "GPU never started AllReduce", a kernel before it said to hold their GPUs."""
         row = seq % self.rows
         if self.etag[row] != seq or not len(slots):
             return slots[:0]
         real = self.ereal[row, slots]
         if not real.any():
             return slots[:0]
+        if HOST_PROBES_UNKNOWN:
+            return slots[~real & ~self.host_done[slots]]
         return slots[~real]
 
     def op_of(self, seq: int) -> str:

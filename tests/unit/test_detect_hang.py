@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from commwatch import topics
+from commwatch import topics, wire
 from commwatch.capture import Message
 from commwatch.messages import validate_incident
 from commwatch.streams.detect import job_stage
@@ -926,3 +926,92 @@ def test_a_deadlock_of_call_order_names_the_rank_that_broke_it(settings, gen_i, 
     p0 = [(e["kind"], tuple(e["culprit_ranks"])) for e in replayed(settings, cap) if e["severity"] == "P0"]
     assert set(p0) == ({("comm_hang", ())} if drill else {("hang", (10,))})
 
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_leader_leaving_a_long_wan_call_whose_own_completion_comes_late_is_not_hung(settings, monkeypatch, drill):
+    """Two sites, each a leader and a member ({0, 1} on a, {2, 3} on b): the leaders meet in a
+    20 s all-reduce over the WAN (their comm's first call) while each member waits for its
+    leader in its site's broadcast. Node b's completion arrives first; node a's agent sends
+    rank 0's 1.5 s later. Meanwhile rank 0 is inside a call its peer completed: it completed it
+    too (a collective completes on every member or none), and it is no root (the islands
+    generator's leaders were named hung by their sites' broadcast, a false P0 per outer round).
+    Drill: without the rule, rank 0 is named "silent" since it entered the all-reduce."""
+    from commwatch.streams.detect import comm_stage
+
+    if drill:
+        monkeypatch.setattr(comm_stage, "IMPLIED_DONE", False)
+    wan, site_a, site_b = 0xE1, 0xE2, 0xE3
+    j = HandJob(settings, {wan: [0, 2], site_a: [0, 1], site_b: [2, 3]}, {0: "a", 1: "a", 2: "b", 3: "b"})
+    for i in range(10):
+        t = j.now + S
+        j.collective(site_a, i, {0: t, 1: t}, t + 2 * MS)
+        j.collective(site_b, i, {2: t, 3: t}, t + 2 * MS)
+        j.beat(j.now)
+    t = j.now + S
+    j.collective(wan, 0, {0: t, 2: t}, None)
+    j.collective(site_a, 10, {1: t}, None, op=wire.OP_BROADCAST)
+    j.collective(site_b, 10, {3: t}, None, op=wire.OP_BROADCAST)
+    end = t + 20 * S
+    j.heartbeats(end)
+    j.collective(wan, 0, {2: t}, end)  # node b's completion ...
+    j.heartbeats(end + 1500 * MS, period=250 * MS)
+    j.collective(wan, 0, {0: t}, end)  # ... node a's, 1.5 s later
+    j.now = end + 1600 * MS
+    j.collective(site_a, 10, {0: j.now, 1: t}, j.now + 5 * MS, op=wire.OP_BROADCAST)
+    j.collective(site_b, 10, {2: end + 100 * MS, 3: t}, j.now + 5 * MS, op=wire.OP_BROADCAST)
+    j.heartbeats(j.now + 3 * S)
+    hangs = [i for i in j.incidents if i["kind"] == "hang"]
+    assert (hangs == []) is not drill, hangs
+    if drill:
+        assert hangs[0]["culprit_ranks"] == [0] and hangs[0]["evidence"]["roots"][0]["reason"] == "silent"
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_ranks_whose_probe_cannot_see_device_starts_are_not_said_to_be_stuck_behind_a_kernel(
+        settings, monkeypatch, drill):
+    """A comm of two GPU-timed ranks (0, 1) and two under a host-enqueue probe that observes
+    completions on the host (2, 3: entries ENQUEUED, completions COMPLETED+ENQUEUED, no device
+    entries, as wire spec section 1 allows). An 8 s all-reduce over a slow link: 0 and 1 write
+    that their devices are inside it; 2 and 3 can only say they enqueued it. Nothing tells
+    that their devices have not started it: no P0 "GPU never started" (the islands generator's
+    mixed sites, a false P0 per WAN round). Drill: without the rule, 2 and 3 are named."""
+    from commwatch.streams.detect import comm_state
+
+    if drill:
+        monkeypatch.setattr(comm_state, "HOST_PROBES_UNKNOWN", False)
+    comm = 0xF1
+    ranks = [0, 1, 2, 3]
+    j = HandJob(settings, {comm: ranks}, {0: "g0", 1: "g1", 2: "h0", 3: "h1"})
+    gpu_done = wire.FLAG_COMPLETED | wire.FLAG_GPU_TIMED
+    host_done = wire.FLAG_COMPLETED | wire.FLAG_ENQUEUED
+
+    def records(seq: int, flags: dict[int, int], start: int, end: int, at: int) -> None:
+        rows = sorted(flags)
+        recs = wire.empty(len(rows))
+        recs["kind"], recs["op"], recs["comm"], recs["seq"] = wire.KIND_CALL, wire.OP_ALLREDUCE, comm, seq
+        recs["rank"], recs["comm_rank"], recs["nranks"], recs["bytes"] = rows, rows, len(ranks), 1 << 20
+        recs["flags"] = [flags[r] for r in rows]
+        recs["t_start_ns"], recs["t_end_ns"] = start, end
+        for r in rows:
+            st = j.state[(comm, r)]
+            st[0], st[2] = seq, start
+            if flags[r] & wire.FLAG_COMPLETED:
+                st[1], st[3] = seq, end
+        j.now = at
+        j.send(Message(topics.CALLS, topics.comm_key(j.job, comm), at, wire.encode_batch(recs)))
+
+    for seq in range(12):
+        t = j.now + S
+        records(seq, {0: gpu_done, 1: gpu_done, 2: host_done, 3: host_done}, t, t + 5 * MS, t + 200 * MS)
+        j.beat(j.now)
+    t = j.now + S
+    records(12, {2: wire.FLAG_ENQUEUED, 3: wire.FLAG_ENQUEUED}, t, 0, t + 100 * MS)
+    records(12, {0: wire.FLAG_GPU_TIMED, 1: wire.FLAG_GPU_TIMED}, t, 0, t + 400 * MS)
+    j.heartbeats(t + 8 * S, period=250 * MS)
+    records(12, {0: gpu_done, 1: gpu_done, 2: host_done, 3: host_done}, t, t + 8 * S, t + 8200 * MS)
+    j.heartbeats(j.now + 3 * S)
+    hangs = [i for i in j.incidents if i["kind"] == "hang"]
+    assert (hangs == []) is not drill, hangs
+    if drill:
+        assert hangs[0]["culprit_ranks"] == [2, 3] and "never started" in hangs[0]["summary"]
