@@ -210,3 +210,10 @@ def gen_q(tmp_path_factory):
     """A capture of the seventeenth independent generator (`tests/independent/recsys`:
     recommendation-model training) and its truth (its default base seed 1)."""
     return _scenario_truth(tmp_path_factory, "recsys", 1)
+
+
+@pytest.fixture(scope="session")
+def gen_r(tmp_path_factory):
+    """A capture of the eighteenth independent generator (`tests/independent/islands`:
+    multi-island training over a WAN) and its truth (its default base seed 1)."""
+    return _scenario_truth(tmp_path_factory, "islands", 1)

@@ -28,6 +28,7 @@ P1_AFTER_NS = 10_000_000_000  # a slow rank costing half the job's time is P1 on
 HALF_LASTS = True  # ... and costing `HALF_CLEAR` or more for `HALF_HOLD_NS` (a drill turns it off)
 HALF_CLEAR = 0.4
 HALF_HOLD_NS = 3_000_000_000
+LOCAL_RISEN = True  # ... by a rank slower in its local phase than it was before the loss (a drill turns it off)
 LOCAL_EXPLAINED = 0.5  # a job's loss is explained once what is found costs this share of it
 HEAVY = 1.25  # a lone slow rank whose messages are this much larger than its peers' does more work by design: P3
 HEAVY_BY_DESIGN = True  # (a drill turns it off)
@@ -507,7 +508,14 @@ class SlowRules:
             # apart does; it costs the job what the rest does not explain. The recommender
             # generator's host-enqueue 1.5x GPU (the job 25 % slower) waited 15 s behind a hot
             # rank's P3 (5 %), was named, and resolved mid-fault when that rank came back
+            # Not a rank as slow in it before the loss began (its level then, `local_level`):
+            # the loss is not its. The islands generator's by-design 1.2x site (its local phase
+            # 1.05-1.10x from the start) became P2 "the job loses ~22 %" when a GPU of another
+            # site slowed
+            level = js.steps.local_level
             for r, ev in js.steps.local_verdicts.items():
+                if LOCAL_RISEN and ev["ratio"] < level.get(r, 1.0) + self.settings.slow_impact:
+                    continue
                 found.setdefault(r, {**ev, "impact": round(loss - explained, 4)})
         clocks = self._sm_clocks(js)
         med_clock = statistics.median(clocks.values()) if len(clocks) >= 2 else 0.0

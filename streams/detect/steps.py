@@ -58,6 +58,7 @@ WHOLE_ALIKE = 0.5  # a TP group is slow as a whole when its least slow member's 
 LONG_EXCESS_MS = 5000.0  # a phase this much longer than its peers' (and FAST_RATIO x) decides in one iteration
 LATE_REPORT_NS = 1_000_000_000  # an iteration most ranks reported waits this long for the others' reports ...
 LATE_REPORT_SHARE = 0.1  # ... or this share of a step, if longer (the straggler reports last)
+LEVEL_LEARN = 0.2  # a rank's usual `LOCAL_PHASE` ratio: moving average over the iterations without loss
 LOCAL_LOSS = 0.05  # the job's steps this much over its baseline, nothing else explaining it: a rank alone slower in `LOCAL_PHASE` does
 HORIZON_MIN = 6  # kept iterations a rank's phases must be known in, for a verdict over them (`_horizon`) ...
 HORIZON_SIGMAS = 4.0  # ... their median this many of its own standard errors over 1 (the job's noise)
@@ -70,6 +71,8 @@ class StepTracker:
         self.slow_windows = slow_windows
         self.model_kind = model
         self.iters: dict[int, dict[int, tuple[float, float | None, int]]] = {}
+        self.loss_began_ns: int | None = None  # since when the job's steps are `LOCAL_LOSS` over the baseline
+        self.local_level: dict[int, float] = {}  # per rank, its `LOCAL_PHASE` ratio while the job lost nothing
         self.durations: deque = deque(maxlen=64)  # median step time per judged iteration (s)
         self.ends: deque = deque(maxlen=64)  # ... and when it ended (its last report's end)
         self.last_iteration: int | None = None
@@ -238,6 +241,11 @@ class StepTracker:
                     self.settled_ns = self.last_end_ns
             elif step < self.base_s:
                 self.base_s += BASE_LEARN * (step - self.base_s)
+        loss = self.slowdown()
+        if loss is None or loss < LOCAL_LOSS / 2:
+            self.loss_began_ns = None
+        elif self.loss_began_ns is None and loss >= LOCAL_LOSS:
+            self.loss_began_ns = self.ends[-RECENT]  # the first of the recent iterations over it
         verdicts: dict[int, dict] = {}
         self.ratio = {}
         stretched: dict[int, list[float]] = {}  # per rank, its ratio in each phase (>= ALIKE_MIN_SHARE)
@@ -630,6 +638,10 @@ class StepTracker:
                       "impact": 0.0, "onset_ns": int(onset - step * 1e9), "signal": "phases"}
         for r in [r for r in self.local_models if r not in ratios and r not in open_ranks]:
             self.local_models[r].idle()
+        if self.loss_began_ns is None:  # each rank's usual level in the phase, while the job loses nothing
+            for r, ratio in ratios.items():
+                self.local_level[r] = ratio if r not in self.local_level else \
+                    self.local_level[r] + LEVEL_LEARN * (ratio - self.local_level[r])
         self.local_verdicts = out
 
 

@@ -765,3 +765,21 @@ def test_a_stage_waiting_for_a_slow_rank_named_in_its_pipeline_is_not_named(monk
 
     assert (6 in run(6)) == drill
     assert 14 in run(14)  # the fourth pipeline: no slow rank named in it
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_site_slower_by_design_does_not_take_the_loss_of_a_gpu_slowing_elsewhere(settings, gen_r, monkeypatch,
+                                                                                   drill):
+    """The islands generator's streaming job under host-enqueue probes: site C's hardware is
+    1.2x slower by design (its local phase 1.05-1.10x its stage's from the start: a P3 advice
+    for its two nodes), and 60 s in rank 16's GPU of site A slows 1.5x (the job ~22 % slower).
+    The loss is not site C's: it was as slow in its local phase before it. Drill: without the
+    rule, site C's two incidents become P2 "the job loses ~22 %" 30 s after the onset."""
+    if drill:
+        monkeypatch.setattr(job_slow, "LOCAL_RISEN", False)
+    cap, truth = gen_r("s03_slow_gpu_hostenq_streaming")
+    events = replayed(settings, cap)
+    site_c = set(truth["structural"])
+    by_c = [e for e in events if e["kind"] == "slow_rank" and site_c & set(e["culprit_ranks"])]
+    assert by_c and {e["severity"] for e in by_c} == ({"P3", "P2"} if drill else {"P3"})
+    assert any(e["culprit_ranks"] == truth["culprits"] for e in events if e["kind"] == "slow_rank")
