@@ -514,7 +514,7 @@ class SlowRules:
             # site slowed
             level = js.steps.local_level
             for r, ev in js.steps.local_verdicts.items():
-                if LOCAL_RISEN and ev["ratio"] < level.get(r, 1.0) + self.settings.slow_impact:
+                if LOCAL_RISEN and ev["ratio"] < level.get(r, 1.0) + self.settings.slow_impact / 2:
                     continue
                 found.setdefault(r, {**ev, "impact": round(loss - explained, 4)})
         clocks = self._sm_clocks(js)
