@@ -128,6 +128,7 @@ class CommState:
         self.completed = np.zeros(0, np.int64)
         self.ever_done = np.zeros(0, bool)
         self.host_done = np.zeros(0, bool)  # its completions come from a host-enqueue probe (`HOST_DONE`)
+        self.dev_entry = np.zeros(0, bool)  # it wrote a device entry (`DEVICE_ENTRY`)
         self.adv_ns = np.zeros(0, np.int64)
         self.born_ns = np.zeros(0, np.int64)  # when a member was first seen, by its own stamps
         self.done_adv_ns = np.zeros(0, np.int64)
@@ -197,7 +198,7 @@ class CommState:
             return np.concatenate([a, np.full(add, fill, a.dtype)])
 
         for name, fill in (("rank_of", -1), ("crank", -1), ("started", -1), ("completed", -1),
-                           ("ever_done", False), ("host_done", False), ("adv_ns", 0), ("born_ns", 0), ("done_adv_ns", 0), ("behind_ns", 0),
+                           ("ever_done", False), ("host_done", False), ("dev_entry", False), ("adv_ns", 0), ("born_ns", 0), ("done_adv_ns", 0), ("behind_ns", 0),
                            ("seen_done", -1), ("seen_adv_ns", 0), ("exited", False), ("left", False), ("offsets", 0.0),
                            ("sent", 0.0), ("sent_n", 0)):
             setattr(self, name, ext(getattr(self, name), fill))
@@ -409,6 +410,7 @@ class CommState:
         # any call record of a member is progress, but a device entry is the opposite
         dev = DEVICE_ENTRY[flags]
         if dev.any():
+            self.dev_entry[slot[dev]] = True
             self._advanced(slot[~dev], ts[~dev])
         else:
             self._advanced(slot, ts)
@@ -778,7 +780,9 @@ class CommState:
         real = self.ereal[row, slots]
         if not real.any():
             return slots[:0]
-        if HOST_PROBES_UNKNOWN:
+        if HOST_PROBES_UNKNOWN and not (self.host_done & self.dev_entry).any():
+            # (a probe that observes completions on the host and does write device entries, seen
+            # on a member of this comm, tells its members' devices apart: not this one's kind)
             return slots[~real & ~self.host_done[slots]]
         return slots[~real]
 
