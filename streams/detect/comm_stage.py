@@ -63,8 +63,8 @@ WAIT_REPORT_NS = 1_000_000_000  # a blocked instance is reported once waited in 
 P2P_WINDOW_NS = 1_000_000_000
 P2P_LAG_NS = 500_000_000
 QUIET_NS = 1_000_000_000  # a member without progress this long is listed as quiet
+IMPLIED_DONE = True  # ... but not one inside a call its peers completed, since it entered (a drill turns it off)
 STUCK_NS = 5_000_000_000  # a completion counter stopped this long behind its peers is stuck ...
-IMPLIED_DONE = True  # a member inside a call its peers completed is not quiet since it entered (a drill turns it off)
 STUCK_BEHIND_NS = 2_000_000_000  # ... once behind them this long (two heartbeats: not a report a moment late)
 
 

@@ -770,8 +770,9 @@ class CommState:
         (a host enqueue) while another member is known inside it (its device started it, or
         its host blocked in it): their devices have not reached it. Empty when no member is
         known inside (a probe without device entries tells nothing of it), and never a member
-        whose probe observes completions on the host (`host_done`): it writes no device
-        entries, so its device may well be inside. The islands generator's two sites under such
+        whose probe observes completions on the host (`host_done`) where no such member of
+        the comm ever wrote a device entry: that probe writes none, so its device may well be
+        inside. The islands generator's two sites under such
         probes, beside two GPU-timed sites in a 7-10 s WAN all-reduce, were named P0 each outer
         round: "GPU never started AllReduce", a kernel before it said to hold their GPUs."""
         row = seq % self.rows

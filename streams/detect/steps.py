@@ -71,7 +71,7 @@ class StepTracker:
         self.slow_windows = slow_windows
         self.model_kind = model
         self.iters: dict[int, dict[int, tuple[float, float | None, int]]] = {}
-        self.loss_began_ns: int | None = None  # since when the job's steps are `LOCAL_LOSS` over the baseline
+        self.losing = False  # the job's steps `LOCAL_LOSS` over the baseline (till under half of it)
         self.local_level: dict[int, float] = {}  # per rank, its `LOCAL_PHASE` ratio while the job lost nothing
         self.durations: deque = deque(maxlen=64)  # median step time per judged iteration (s)
         self.ends: deque = deque(maxlen=64)  # ... and when it ended (its last report's end)
@@ -242,10 +242,7 @@ class StepTracker:
             elif step < self.base_s:
                 self.base_s += BASE_LEARN * (step - self.base_s)
         loss = self.slowdown()
-        if loss is None or loss < LOCAL_LOSS / 2:
-            self.loss_began_ns = None
-        elif self.loss_began_ns is None and loss >= LOCAL_LOSS:
-            self.loss_began_ns = self.ends[-RECENT]  # the first of the recent iterations over it
+        self.losing = loss is not None and (loss >= LOCAL_LOSS or (self.losing and loss >= LOCAL_LOSS / 2))
         verdicts: dict[int, dict] = {}
         self.ratio = {}
         stretched: dict[int, list[float]] = {}  # per rank, its ratio in each phase (>= ALIKE_MIN_SHARE)
@@ -638,7 +635,7 @@ class StepTracker:
                       "impact": 0.0, "onset_ns": int(onset - step * 1e9), "signal": "phases"}
         for r in [r for r in self.local_models if r not in ratios and r not in open_ranks]:
             self.local_models[r].idle()
-        if self.loss_began_ns is None:  # each rank's usual level in the phase, while the job loses nothing
+        if not self.losing:  # each rank's usual level in the phase, while the job loses nothing
             for r, ratio in ratios.items():
                 self.local_level[r] = ratio if r not in self.local_level else \
                     self.local_level[r] + LEVEL_LEARN * (ratio - self.local_level[r])
