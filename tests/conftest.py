@@ -217,3 +217,10 @@ def gen_r(tmp_path_factory):
     """A capture of the eighteenth independent generator (`tests/independent/islands`:
     multi-island training over a WAN) and its truth (its default base seed 1)."""
     return _scenario_truth(tmp_path_factory, "islands", 1)
+
+
+@pytest.fixture(scope="session")
+def gen_s(tmp_path_factory):
+    """A capture of the nineteenth independent generator (`tests/independent/stacks`: DeepSpeed,
+    JAX/XLA and gloo stacks) and its truth (its default base seed 1)."""
+    return _scenario_truth(tmp_path_factory, "stacks", 1)

@@ -32,6 +32,7 @@ class CommTiming:
     bytes_ratio: dict[int, float] = field(default_factory=dict)  # newest window: member -> its message size over the median
     crank: list[int] | None = None
     windows: int = 0
+    calls: int = 0  # instances seen over its windows: how busy the comm is (`job_slow._phase_coords`)
     nodes: list[str] = field(default_factory=list)
     xfer_ms: float = 0.0
     base_xfer: float = -1.0

@@ -27,6 +27,7 @@ HOLD_FACTOR = 2.0  # a known hold is a hang once it lasts twice the longest of i
 HOLD_KEEP = 4  # lengths remembered per hold
 HOLD_KEYS = 8  # holds remembered per job
 PROGRESSING_P2P_ROOT = True  # a rank progressing elsewhere, waited on in a transfer it never entered for the hang threshold, is a root
+SHARED_CHANNEL_ROOT = True  # the one rank common to two or more stuck send/recv channels is their root (`_shared_channel`)
 OUTLIVED_PERIODS = 1.5  # a rank that progressed this many heartbeat periods after others began waiting on a root did not die with it (`_died_with`)
 
 
@@ -117,6 +118,9 @@ class HangRules:
         else:
             js.hang_waiters = set(an.waiting)
         roots, comm_roots = self._torn_down(js, at, roots, an.comm_roots)
+        if not roots and SHARED_CHANNEL_ROOT:
+            roots = self._shared_channel(js, an.comm_roots, at, thr)  # an open hang's own too (`_torn_down`)
+            comm_roots = [x for x in comm_roots if not roots or roots[0][0] not in x.entered]
         if roots and ("hang",) not in js.book.open and self._known_hold(js, roots, waited):
             roots = []
         elif roots:
@@ -162,6 +166,28 @@ class HangRules:
             out.extend(js.book.assert_(
                 ("comm_hang",), now_ns, kind="comm_hang", severity="P0", culprit_ranks=culprits, culprit_nodes=nodes,
                 comm=x.comm, summary=summary, evidence=evidence, id_hint=f"{x.comm}-{x.seq}"))
+
+    def _shared_channel(self, js: JobState, comm_roots: list, at: int, thr: float) -> list:
+        """A rank common to every send/recv channel that is stuck with both its ends inside
+        (two or more, waited in for the threshold, the rank silent as long): its device
+        stopped inside its transfers, and its channels' other ends wait on it. A dead link
+        stalls its own channel, not the ones on the rank's other side; every channel of a
+        comm's transport failing has no one rank in common. The stacks generator's JAX ring
+        collective-permute, rank 43's GPU stopping inside it: its channels 42->43 and 43->44
+        stuck, the comm's six others completed; one P0 comm_hang naming nobody."""
+        xs = [x for x in comm_roots if x.p2p]
+        if len(xs) < 2 or len(xs) < len(comm_roots) or any(len(x.entered) != 2 for x in xs) or \
+                at - min(x.since_ns for x in xs) < thr:
+            return []
+        common = set(xs[0].entered).intersection(*(x.entered for x in xs[1:]))
+        if len(common) != 1:
+            return []
+        r = common.pop()
+        if at - self.silent_since(js, r, at) < thr or self._ib_erring(js, js.comms.get(xs[0].comm, {}).get(
+                "nodes", ()), at):
+            return []
+        x = min(xs, key=lambda i: (i.since_ns, i.comm))
+        return [(r, "stopped_inside", x.comm, x.seq, x.op, True)]
 
     def _progressing_root(self, js: JobState, rank: int, an: waits.Analysis, comm: str, since: int, at: int,
                           thr: float, root_thr: float) -> bool:
@@ -320,6 +346,10 @@ class HangRules:
         elif first["reason"] == "not_started":
             what = (f"rank{s} {who}: GPU never started {first['op']} #{first['seq']} on comm {first['comm'][:4]}.. "
                     f"(enqueued by the host; peers wait in it on their GPUs: a kernel before it holds the GPU)")
+        elif first["reason"] == "stopped_inside":
+            what = (f"rank{s} {who}: inside {first['op']} #{first['seq']} on comm {first['comm'][:4]}.., none of "
+                    f"{'their' if s else 'its'} transfers completes, the peers on both sides wait on "
+                    f"{'them' if s else 'it'} (a GPU stopped inside the call?)")
         elif first["reason"] == "progressing":
             what = (f"rank{s} {who} never entered {first['op']} #{first['seq']} on comm {first['comm'][:4]}.. "
                     f"while progressing in {'their' if s else 'its'} other comms (the thread that posts "

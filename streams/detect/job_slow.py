@@ -29,6 +29,10 @@ HALF_LASTS = True  # ... and costing `HALF_CLEAR` or more for `HALF_HOLD_NS` (a 
 HALF_CLEAR = 0.4
 HALF_HOLD_NS = 3_000_000_000
 LOCAL_RISEN = True  # ... by a rank slower in its local phase than it was before the loss (a drill turns it off)
+PEERS_BY_COMM = True  # a job without coordinates: each rank's busiest comm short of the job stands for its TP group (a drill turns it off)
+PEERS_KEEP_NS = 30_000_000_000
+LOCAL_JOINS = True  # a rank found by its phases that the local phase also points at costs the unexplained loss
+APART_COSTS = True  # a rank told from its TP group by its local phase, alone found, costs the job's loss since (`_felt`)
 LOCAL_EXPLAINED = 0.5  # a job's loss is explained once what is found costs this share of it
 HEAVY = 1.25  # a lone slow rank whose messages are this much larger than its peers' does more work by design: P3
 HEAVY_BY_DESIGN = True  # (a drill turns it off)
@@ -62,11 +66,40 @@ class SlowRules:
         if not js.world_size:  # the job's size unknown: the next evaluation judges it
             return out
         held, before = self._slow_open(js), js.steps.judged
-        verdicts = js.steps.evaluate(now_ns, js.coords, held, js.world_size)
+        verdicts = js.steps.evaluate(now_ns, self._phase_coords(js), held, js.world_size)
         if js.steps.judged > before and set(verdicts) - held:
             js.last_slow_eval = now_ns
             self._slow(js, now_ns, out)
         return out
+
+    @staticmethod
+    def _phase_coords(js: JobState) -> dict[int, dict]:
+        """The coordinates iteration phases are judged by: the topology's; for a job whose
+        topology gives none, each rank's busiest collective comm short of the whole job (the
+        one it calls most: an FSDP/HSDP shard group, an engine's TP group) stands for its
+        tensor-parallel group, since its members wait for each other inside their phases as
+        TP peers do, and which of them is slow their `LOCAL_PHASE` tells (generator islands'
+        HSDP job under a host-enqueue probe, drawn with 2: rank 16 1.5x, its seven shard
+        peers 1.26x in forward waiting for it inside the shard all-gathers, and the node's
+        eight ranks named at 1.4x; only 16 was 1.5x in its optimizer step). Kept until the
+        job's comms change, for `PEERS_KEEP_NS` at most."""
+        if js.coords or not PEERS_BY_COMM:
+            return js.coords
+        comms = js.slow.comms
+        key = (len(comms), js.last_tick // PEERS_KEEP_NS)
+        if js.peer_coords[0] == key:
+            return js.peer_coords[1]
+        world = js.world_size or len(js.node_of)
+        best: dict[int, tuple[int, str, int]] = {}
+        for c, ct in comms.items():
+            if ct.p2p or not 2 <= len(ct.ranks) < world:
+                continue
+            for i, r in enumerate(ct.ranks):
+                if r not in best or ct.calls > best[r][0]:
+                    best[r] = (ct.calls, c, i)
+        derived = {r: {"tp": i, "comm": c} for r, (_, c, i) in best.items()}
+        js.peer_coords = (key, derived)
+        return derived
 
     @staticmethod
     def _slow_open(js: JobState, rates: bool = False) -> set[int]:
@@ -318,7 +351,8 @@ class SlowRules:
                 if r >= 0 and r not in ranks and r not in named and r not in hung and clocks.get(r)
                 and abs(t - first) <= HW_AT_ONCE_NS and abs(clocks[r] / level - 1.0) <= CLOCK_ALIKE}
 
-    def _felt(self, js: JobState, ev: dict, open_, ranks: list[int], now_ns: int, alone: bool = False) -> float:
+    def _felt(self, js: JobState, ev: dict, open_, ranks: list[int], now_ns: int, alone: bool = False,
+              alone_since: bool = False) -> float:
         """The share of the job's time a slow rank costs, as its severity and summary give it:
         what the collectives claim, but no more than `UNFELT_SHARE` x what the job's own
         iterations lost since it was found (its incident opened), where the job reports them
@@ -344,7 +378,14 @@ class SlowRules:
             # job more than its forward pass: where it is the job's one slow unit, its steps'
             # loss since it was found is its cost (the fourteenth generator's node ramping to
             # 1.6x: "the job loses ~5 %" from its forward pass, its steps 18 % over baseline)
-            loss = steps.loss_since(since) if alone and ev.get("group") and steps.settled_ns is not None and (
+            # And so a rank told from its TP group by its local phase (`apart`), its group
+            # waiting for it inside the phase, where it is the one unit slow since its onset
+            # (`alone_since`: the islands generator's 1.5x GPU of an HSDP shard group, its
+            # site's peers and the other sites waiting for it at every sync: "~10 %" from its
+            # forward pass, the job's steps 20 % over, beside a site slower by design, open
+            # at P3 from the start)
+            loss = steps.loss_since(since) if (alone and ev.get("group") or alone_since and ev.get("apart")
+                                               and APART_COSTS) and steps.settled_ns is not None and (
                 since >= steps.settled_ns) else None
             return impact if loss is None else max(impact, min(1.0, loss))
         if (len(ranks) == 1 or ev.get("group")) and self._in_baseline(js, ranks[0], ev, now_ns):
@@ -481,7 +522,7 @@ class SlowRules:
         # phases may hold waits, compute intervals do not: a rank the collectives judge slow is
         # theirs; a lone straggler in a phase where they see nothing (its collectives carry no
         # timing, or are too coarse: a gradient all-reduce the probe does not see) is the phases'
-        phased = js.steps.evaluate(now_ns, js.coords, held) if periodic else js.steps.verdicts
+        phased = js.steps.evaluate(now_ns, self._phase_coords(js), held) if periodic else js.steps.verdicts
         for r in self._echoes(js, found, phased, now_ns) + self._unfelt(js, found, now_ns) + self._link_victims(js, found) + \
                 self._pipeline_victims(js, found):
             found.pop(r, None)
@@ -512,11 +553,20 @@ class SlowRules:
             # the loss is not its. The islands generator's by-design 1.2x site (its local phase
             # 1.05-1.10x from the start) became P2 "the job loses ~22 %" when a GPU of another
             # site slowed
+            # A rank found already, by a phase's excess alone, is the one it points at: it costs
+            # what the others do not explain (the nineteenth generator's ZeRO-3 job under
+            # host-enqueue, rank 13 1.5x: its forward 10 % of a step over its peers', the job
+            # 48 % slower, every peer waiting for it inside its calls; P3 "~10 %" to the end)
             level = js.steps.local_level
             for r, ev in js.steps.local_verdicts.items():
                 if LOCAL_RISEN and ev["ratio"] < level.get(r, 1.0) + self.settings.slow_impact / 2:
                     continue
-                found.setdefault(r, {**ev, "impact": round(loss - explained, 4)})
+                if r in found:
+                    mine = max(0.0, found[r].get("impact") or 0.0)
+                    if LOCAL_JOINS and loss - (explained - mine) > mine:
+                        found[r] = {**found[r], "impact": round(loss - (explained - mine), 4)}
+                    continue
+                found[r] = {**ev, "impact": round(loss - explained, 4)}
         clocks = self._sm_clocks(js)
         med_clock = statistics.median(clocks.values()) if len(clocks) >= 2 else 0.0
         units = self._slow_units(js, found, hung, now_ns, out)
@@ -525,7 +575,11 @@ class SlowRules:
             del js.half_since[key]
         for key, ranks, ev in units:
             open_ = js.book.open.get(key)
-            impact = self._felt(js, ev, open_, ranks, now_ns, len(units) == 1)
+            # the one unit slow since its onset: every other was open before it (in the steps before)
+            since = ev.get("onset_ns", now_ns)
+            first = all(k == key or (js.book.open.get(k) is not None and js.book.open[k].opened_ns < since)
+                        for k, _, _ in units)
+            impact = self._felt(js, ev, open_, ranks, now_ns, len(units) == 1, first)
             if impact != ev["impact"]:
                 ev = {**ev, "impact": round(impact, 4), "impact_claimed": ev["impact"]}
             # how long it lasts counts as much as what it costs: a slowdown that clears within

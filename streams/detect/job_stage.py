@@ -94,6 +94,7 @@ class JobState:
     node_of: dict[int, str] = field(default_factory=dict)
     placed: dict[int, str] = field(default_factory=dict)  # rank -> its node, as its placement said (`placed_anew`)
     coords: dict[int, dict] = field(default_factory=dict)
+    peer_coords: tuple[tuple, dict] = ((), {})  # (comms, coordinates) the phases judge by (`SlowRules._phase_coords`)
     world_size: int = 0
     node_ranks: dict[str, set] = field(default_factory=dict)
     node_seen: dict[str, int] = field(default_factory=dict)

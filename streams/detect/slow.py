@@ -173,6 +173,7 @@ class SlowTracker(StallRules):
             ct.interval_ns = gap if ct.interval_ns == 0 else ct.interval_ns + 0.2 * (gap - ct.interval_ns)
         ct.ts_ns = rep["ts_ns"]
         ct.windows += 1
+        ct.calls += int(rep.get("instances") or 0)
         ct.nodes = rep.get("nodes") or ct.nodes
         return ct
 

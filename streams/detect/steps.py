@@ -445,6 +445,8 @@ class StepTracker:
                       "onset_ns": int(onset - step * 1e9), "signal": "phases"}
             if r in groups_of:
                 out[r]["group"] = "tp:" + ",".join(f"{k}={v}" for k, v in groups_of[r])
+            elif r in picked:
+                out[r]["apart"] = True  # told from its TP group, whose members wait for it in the phase
         # a rank slower by a small fraction of the largest excess is its echo (`slow.dominant`):
         # generator A's 2x rank of a TP=1 pipeline, drawn with SEED 2, had another pipeline's
         # last stage 1.10x in backward (its data-parallel reduction waits there for the slow
@@ -596,9 +598,9 @@ class StepTracker:
             dur, phases, _ = got[q]
             return dur * 1e3 - sum(v for v in phases.values() if v > 0)
 
-        mine = outside(r)
-        return any(q != r and tp_group(coords.get(q)) == g and outside(q) - mine >= excess_ms / 2
-                   and got[q][1].get(phase, 0.0) <= got[r][1].get(phase, 0.0) - excess_ms / 2 for q in members)
+        mine, own = outside(r), got[r][1].get(phase, 0.0)
+        return any(q != r and got[q][1].get(phase, 0.0) <= own - excess_ms / 2 and outside(q) - mine >= excess_ms / 2
+                   and tp_group(coords.get(q)) == g for q in members)
 
     def _judge_local(self, it: int, got: dict, coords: dict[int, dict], open_ranks: set[int], step: float) -> None:
         """Ranks alone slower in `LOCAL_PHASE`, the phase a rank computes apart from its peers

@@ -1015,3 +1015,26 @@ def test_ranks_whose_probe_cannot_see_device_starts_are_not_said_to_be_stuck_beh
     assert (hangs == []) is not drill, hangs
     if drill:
         assert hangs[0]["culprit_ranks"] == [2, 3] and "never started" in hangs[0]["summary"]
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_gpu_stopping_inside_a_ring_permute_is_the_root_of_its_two_stuck_channels(settings, gen_s, monkeypatch,
+                                                                                   drill):
+    """The stacks generator's JAX job (64 ranks, no coordinates, GPU-timed): rank 43's GPU stops
+    inside a ring collective-permute (grouped send to m+1, recv from m-1, on every rank of its
+    node's model comm at once). Its channels 42->43 and 43->44 stay stuck with both ends inside,
+    the comm's six other channels complete. A dead link stalls its own channel only: one P0
+    hang naming 43. Drill: without the rule, a comm_hang naming nobody."""
+    from commwatch.streams.detect import job_hangs
+
+    if drill:
+        monkeypatch.setattr(job_hangs, "SHARED_CHANNEL_ROOT", False)
+    cap, truth = gen_s("h04_jax_permute_gpu_stop")
+    events = replayed(settings, cap)
+    p0 = [e for e in events if e["severity"] == "P0" and e["status"] == "open"]
+    if drill:
+        assert [e["kind"] for e in p0] == ["comm_hang"] and p0[0]["culprit_ranks"] == []
+        return
+    assert truth["culprits"] == [43]
+    assert [(e["kind"], e["culprit_ranks"]) for e in p0] == [("hang", [43])]
+    assert "GPU stopped" in p0[0]["summary"]

@@ -774,12 +774,57 @@ def test_a_site_slower_by_design_does_not_take_the_loss_of_a_gpu_slowing_elsewhe
     1.2x slower by design (its local phase 1.05-1.10x its stage's from the start: a P3 advice
     for its two nodes), and 60 s in rank 16's GPU of site A slows 1.5x (the job ~22 % slower).
     The loss is not site C's: it was as slow in its local phase before it. Drill: without the
-    rule, site C's two incidents become P2 "the job loses ~22 %" 30 s after the onset."""
+    rule, site C's two incidents become P2 "the job loses ~22 %" 30 s after the onset (the
+    shard comms not taken for TP groups either, `PEERS_BY_COMM`: with them 16 is named alone
+    at the job's loss, and nothing is left unexplained for site C to take)."""
     if drill:
         monkeypatch.setattr(job_slow, "LOCAL_RISEN", False)
+        monkeypatch.setattr(job_slow, "PEERS_BY_COMM", False)
     cap, truth = gen_r("s03_slow_gpu_hostenq_streaming")
     events = replayed(settings, cap)
     site_c = set(truth["structural"])
     by_c = [e for e in events if e["kind"] == "slow_rank" and site_c & set(e["culprit_ranks"])]
     assert by_c and {e["severity"] for e in by_c} == ({"P3", "P2"} if drill else {"P3"})
     assert any(e["culprit_ranks"] == truth["culprits"] for e in events if e["kind"] == "slow_rank")
+
+
+@pytest.mark.parametrize("drill", [False, True])
+@pytest.mark.parametrize("rule", ["PEERS_BY_COMM", "APART_COSTS"])
+def test_a_gpu_of_a_shard_group_without_coordinates_is_named_alone_at_its_cost(settings, gen_r, monkeypatch, drill,
+                                                                             rule):
+    """The same job drawn with 2 (its topology gives no coordinates): rank 16's GPU 1.5x, its
+    seven peers of the node's HSDP shard group 1.26x in forward waiting for it inside the
+    shard all-gathers, 16 alone 1.5x in its optimizer step; the job's steps ~20 % slower, site
+    C's two nodes open at P3 by design from the start. The shard comm (the busiest of each
+    rank's comms short of the job) stands for a TP group: 16 is named alone, and at the job's
+    loss since, P2. Drills: without the derived groups the node's eight ranks are named
+    together; without the cost rule 16 stays P3 ("~10 %", its forward pass alone)."""
+    if drill:
+        monkeypatch.setattr(job_slow, rule, False)
+    cap, truth = gen_r("s03_slow_gpu_hostenq_streaming", 2)
+    assert truth["culprits"] == [16]
+    events = replayed(settings, cap)
+    node = set(range(16, 24))
+    named = [e for e in events if e["kind"] == "slow_rank" and node & set(e["culprit_ranks"])]
+    if drill and rule == "PEERS_BY_COMM":
+        assert any(set(e["culprit_ranks"]) > {16} for e in named)
+        return
+    assert named and {tuple(e["culprit_ranks"]) for e in named} == {(16,)}
+    assert {e["severity"] for e in named} == ({"P3"} if drill else {"P3", "P2"} if len(named) > 1 else {"P2"})
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_rank_its_phases_name_costs_the_loss_its_local_phase_points_at(settings, gen_s, monkeypatch, drill):
+    """The stacks generator's ZeRO-3 job under host-enqueue probes (32 ranks, one data-parallel
+    comm): rank 13's GPU 1.5x from 50 s, every peer waiting for it inside the all-gathers and
+    reduce-scatters queued on its comm's stream; the job ~48 % slower. Its phases name it at a
+    tenth of a step (its forward's excess), its optimizer step says it alone computes slower:
+    it costs the loss nothing else explains, and is paged. Drill: without the rule it stays P3
+    "~10 %" to the end."""
+    if drill:
+        monkeypatch.setattr(job_slow, "LOCAL_JOINS", False)
+    cap, truth = gen_s("s02_zero3_slow_gpu_enq")
+    events = replayed(settings, cap)
+    named = [e for e in events if e["kind"] == "slow_rank" and e["culprit_ranks"]]
+    assert truth["culprits"] == [13] and {tuple(e["culprit_ranks"]) for e in named} == {(13,)}
+    assert min(e["severity"] for e in named) == ("P3" if drill else "P1")
