@@ -174,7 +174,7 @@ class HangRules:
         stalls its own channel, not the ones on the rank's other side; every channel of a
         comm's transport failing has no one rank in common. The stacks generator's JAX ring
         collective-permute, rank 43's GPU stopping inside it: its channels 42->43 and 43->44
-        stuck, the comm's six others completed; one P0 comm_hang naming nobody."""
+        stuck, the comm's six others completed, was one P0 comm_hang naming nobody."""
         xs = [x for x in comm_roots if x.p2p]
         if len(xs) < 2 or len(xs) < len(comm_roots) or any(len(x.entered) != 2 for x in xs) or \
                 at - min(x.since_ns for x in xs) < thr:

@@ -576,10 +576,9 @@ class SlowRules:
         for key, ranks, ev in units:
             open_ = js.book.open.get(key)
             # the one unit slow since its onset: every other was open before it (in the steps before)
-            since = ev.get("onset_ns", now_ns)
-            first = all(k == key or (js.book.open.get(k) is not None and js.book.open[k].opened_ns < since)
-                        for k, _, _ in units)
-            impact = self._felt(js, ev, open_, ranks, now_ns, len(units) == 1, first)
+            onset = ev.get("onset_ns", now_ns)
+            alone_since = all(k == key or (k in js.book.open and js.book.open[k].opened_ns < onset) for k, _, _ in units)
+            impact = self._felt(js, ev, open_, ranks, now_ns, len(units) == 1, alone_since)
             if impact != ev["impact"]:
                 ev = {**ev, "impact": round(impact, 4), "impact_claimed": ev["impact"]}
             # how long it lasts counts as much as what it costs: a slowdown that clears within
