@@ -1038,3 +1038,41 @@ def test_a_gpu_stopping_inside_a_ring_permute_is_the_root_of_its_two_stuck_chann
     assert truth["culprits"] == [43]
     assert [(e["kind"], e["culprit_ranks"]) for e in p0] == [("hang", [43])]
     assert "GPU stopped" in p0[0]["summary"]
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_no_rank_is_newly_named_slow_while_its_job_is_hung(settings, gen_s, monkeypatch, drill):
+    """The same JAX job: the P0 naming rank 43 opens 5.5 s after its GPU stopped. At that tick
+    ranks of other nodes, held up behind the stop (their model-comm intervals span a data-comm
+    call waiting on 43's node), seem 20-50 % slower "computing between calls". The job is hung:
+    nothing but the P0 opens. Drill: without the rule, a slow_rank naming a victim opens too."""
+    from commwatch.streams.detect import job_slow
+
+    if drill:
+        monkeypatch.setattr(job_slow, "HANG_HOLDS", False)
+    cap, truth = gen_s("h04_jax_permute_gpu_stop")
+    opened = [(e["kind"], e["culprit_ranks"]) for e in replayed(settings, cap) if e["status"] == "open"]
+    victims = [r for _, ranks in opened for r in ranks if r not in truth["culprits"]]
+    if drill:
+        assert victims and ("slow_rank", [victims[0]]) in opened
+        return
+    assert opened == [("hang", [43])]
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_no_rank_is_newly_named_slow_while_a_hang_forms(settings, gen_s, monkeypatch, drill):
+    """The stacks generator's JAX CUDA-graph job drawn with SEED 2: rank 12's host stops
+    launching step graphs at 50.5 s; the P0 naming it opens at 56.5 s. At 56.0 s a rank of
+    another node seemed 23 % slower in its last windows, spanning the stop, while the job's
+    oldest wait was past half the hang threshold: nothing but the P0 opens. Drill: with the
+    rule acting only once the hang is open, that rank is named P3 before it."""
+    from commwatch.streams.detect import job_slow
+
+    if drill:
+        monkeypatch.setattr(job_slow, "HANG_FORMING", 100.0)
+    cap, truth = gen_s("h05_jax_graph_rank_stop", 2)
+    opened = [(e["kind"], e["culprit_ranks"], e["severity"]) for e in replayed(settings, cap) if e["status"] == "open"]
+    if drill:
+        assert opened[0][0] == "slow_rank" and opened[0][1][0] not in truth["culprits"]
+        return
+    assert opened == [("hang", truth["culprits"], "P0")] and truth["culprits"] == [12]
