@@ -51,8 +51,7 @@ ECHO_CLAIM_SHARE = 0.5  # phases under this share of the excess the collectives 
 ECHO_SHOWN = True  # a rank standing out in the latest iteration's phases is a culprit to echo (`_echoes`)
 JOB_SLOWDOWN = 0.2  # step time this much above the job's baseline with no culprit ...
 JOB_SLOWDOWN_HOLD_NS = 20_000_000_000  # ... for this long: a P3
-HANG_HOLDS = True  # no slow rank newly named while the job is hung, or a call is waited in ... (a drill turns it off)
-HANG_FORMING = 0.5  # ... this share of the hang threshold or more (a hang forming: `_hang_forming`)
+HANG_HOLDS = True  # no slow rank newly named while the job is hung (a drill turns it off)
 UNJUDGED_KEEP_NS = 60_000_000_000  # a slow rank nothing judges now stays named this long after it was last found (`_unjudged`)
 
 
@@ -509,26 +508,6 @@ class SlowRules:
                 out.append(r)
         return out
 
-    def _hang_forming(self, js: JobState, now_ns: int) -> bool:
-        """A hang may be forming: a call of the job has been waited in for `HANG_FORMING` of its
-        hang threshold or more, and a rank it waits on (one missing from the call, or any inside
-        it when none is missing) has made no progress for as long a share of the root
-        threshold. The windows that close then span its stop (the same JAX
-        job drawn with SEED 2: a rank of another node "23 % slower" named P3 0.5 s before the
-        P0). A slow rank's peers may wait that long for it (a slow node of a job whose stages
-        are far apart in its pipeline: the bench's 1.3x nodes were missed when a long wait
-        alone held them), but it progresses."""
-        if not js.waits or not js.threshold_ns:
-            return False
-        since = now_ns - HANG_FORMING * js.threshold_ns
-        held: set[int] = set()  # the ranks long waits wait on: those missing, or all inside
-        for w in js.waits.values():
-            for i in w["instances"]:
-                if i["since_ns"] <= since:
-                    held.update(i["missing"] or i["entered"])
-        quiet = HANG_FORMING * js.root_threshold_ns
-        return any(now_ns - self.silent_since(js, r, now_ns) >= quiet for r in held)
-
     def _slow(self, js: JobState, now_ns: int, out: list, periodic: bool = True) -> None:
         """Slow ranks and groups judged now. The periodic evaluation (every `SLOW_EVAL_NS`),
         not the ones a new window calls for, also judges the iterations most ranks reported
@@ -589,7 +568,7 @@ class SlowRules:
                         found[r] = {**found[r], "impact": round(loss - (explained - mine), 4)}
                     continue
                 found[r] = {**ev, "impact": round(loss - explained, 4)}
-        if HANG_HOLDS and (("hang",) in js.book.open or self._hang_forming(js, now_ns)):
+        if HANG_HOLDS and ("hang",) in js.book.open:
             # the job is hung: what is measured now spans its stop, and ranks held up behind it
             # seem slow in their last windows. The nineteenth generator's JAX jobs, a GPU or a
             # host stopped: with the P0 naming it, a rank of another node "46 % slower computing
