@@ -1057,4 +1057,3 @@ def test_no_rank_is_newly_named_slow_while_its_job_is_hung(settings, gen_s, monk
         assert victims and ("slow_rank", [victims[0]]) in opened
         return
     assert opened == [("hang", [43])]
-
