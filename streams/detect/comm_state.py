@@ -159,6 +159,7 @@ class CommState:
         self.p2p_iv_n = 0
         self.p2p_untimed = 0
         self.p2p_win_start = 0  # start of the next P2P window to report (0: none yet)
+        self.permute: bool | None = None  # a collective permute (`windows._permute_busy`); None: not known yet
         # collective instance ring (completed records only)
         self.window = window_instances
         self.rows = 4 * window_instances

@@ -31,6 +31,7 @@ class CommTiming:
     lag_ms: dict[int, float] = field(default_factory=dict)
     bytes_ratio: dict[int, float] = field(default_factory=dict)  # newest window: member -> its message size over the median
     crank: list[int] | None = None
+    permute: bool = False  # a collective permute's P2P comm, judged as a collective (`SlowTracker.p2p_window`)
     windows: int = 0
     calls: int = 0  # instances seen over its windows: how busy the comm is (`job_slow._phase_coords`)
     nodes: list[str] = field(default_factory=list)

@@ -166,7 +166,7 @@ class SlowTracker(StallRules):
     # --- inputs -----------------------------------------------------------------------
     def _timing(self, rep: dict, p2p: bool) -> CommTiming:
         ct = self.comms.get(rep["comm"])
-        if ct is None or ct.ranks != rep["ranks"]:
+        if ct is None or ct.ranks != rep["ranks"] or ct.p2p != p2p:
             ct = self.comms[rep["comm"]] = CommTiming(list(rep["ranks"]), p2p)
         if ct.ts_ns:
             gap = rep["ts_ns"] - ct.ts_ns
@@ -261,7 +261,11 @@ class SlowTracker(StallRules):
             ct.base_xfer += LEARN * (xfer - ct.base_xfer)
 
     def p2p_window(self, rep: dict) -> None:
-        ct = self._timing(rep, p2p=True)
+        """A P2P comm's window; a collective permute's (`permute`, `windows._permute_busy`) is
+        judged as a collective's: each member against the others of its comm."""
+        permute = rep.get("permute")
+        ct = self._timing(rep, p2p=permute is None)
+        ct.permute = permute is not None
         if rep.get("calls", 0) == 0:
             if rep.get("untimed"):
                 ct.timed, ct.inside = False, None
@@ -269,8 +273,12 @@ class SlowTracker(StallRules):
                 ct.busy.clear()
                 ct.changed()
             return  # an idle pipeline comm: its last figures stand
-        self._take(ct, rep)
-        ct.crank = rep.get("crank")
+        if permute is None:
+            self._take(ct, rep)
+            ct.crank = rep.get("crank")
+        else:
+            self._take(ct, {**{k: v for k, v in rep.items() if not k.startswith("busy_")}, **permute})
+            ct.calls += int(permute.get("instances") or 0)
         for r, p, ms, size in rep.get("links", ()):
             ch = ct.channels.get((r, p))
             if ch is None:
@@ -1045,7 +1053,7 @@ class SlowTracker(StallRules):
         common: set[int] | None = None
         hot_pairs: set[tuple[str, str]] = set()
         for comm, ct in self.comms.items():
-            if ct.p2p:
+            if ct.p2p or ct.permute:
                 if node_of and self._fresh(ct, now_ns):
                     self._channel_links(comm, ct, node_of, slow_ranks, hot, cool, hot_pairs)
                 continue

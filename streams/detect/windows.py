@@ -60,6 +60,7 @@ STALL_TYPICAL = 3.0  # ... and this many times the window's typical gap is a sta
 GATE_RATIO = 0.25  # a member's enqueue-to-completion under this share of the other members' ...
 GATE_MIN_NS = 50_000_000  # ... and this much shorter: the call waited for its host (`enqueue_gate`)
 UNEVEN = 0.1  # members' message sizes this far apart are reported (`_bytes_ratio`)
+PERMUTE_MIN = 3  # members of a P2P comm that may be a collective permute (two are a pipeline's pair)
 
 
 def _r(a: np.ndarray, nd: int = 4) -> list[float]:
@@ -356,6 +357,9 @@ def p2p_reports(state: CommState, now_ns: int, width_ns: int, lag_ns: int) -> li
             rep["crank"] = state.crank.tolist()
             rep.update(_p2p_busy(state.n, slot, t0, t1, kind, a, b, width_ns))
             rep["links"] = _transfers(state, slot, peer, seq, t1 - t0, recv, t1, a, b, nb)
+            permute = _permute_busy(state, slot, t0, t1, recv, peer, seq, a, b, width_ns)
+            if permute is not None:
+                rep["permute"] = permute
         out.append(rep)
         state.p2p_untimed = 0
         state.p2p_win_start = b
@@ -364,6 +368,61 @@ def p2p_reports(state: CommState, now_ns: int, width_ns: int, lag_ns: int) -> li
     state.p2p_iv = [(slot[keep], t0[keep], t1[keep], kind[keep], peer[keep], seq[keep], nb[keep])] if keep.any() else []
     state.p2p_iv_n = int(keep.sum())
     return out
+
+
+def _permute_busy(state: CommState, slot: np.ndarray, t0: np.ndarray, t1: np.ndarray, recv: np.ndarray,
+                  peer: np.ndarray, seq: np.ndarray, a: int, b: int, span: float) -> dict | None:
+    """A collective permute's window as a collective's busy figures (`_busy_stats`), or None
+    where the comm is no collective permute. In a collective permute (JAX's ring attention,
+    XLA's collective-permute; a ring of grouped send/recv) every member sends to one other
+    and receives from one other in each instance, at once: instance k is every member's k-th
+    send and k-th recv (P2P seqs count per peer and kind, wire spec section 2), and its
+    members do the same work between instances, as a collective's do. Judged like a
+    pipeline's channels instead (each member against the same comm rank of other comms), a
+    ring's intervals, which hold every other comm's calls in between, vary by tens of
+    percent between healthy rings, and a slow GPU's ring neighbours, waiting inside the
+    permute for it, then reached the job's other comms late and were named with it. A comm
+    is one once a window shows every member sending to one other (each its own), never where
+    a member sends to two (a pipeline's middle stage sends forward and back): kept in
+    `CommState.permute`. Per member, its instance runs from its earlier entry to its later
+    completion of the two calls; a gap is from its completion of instance k to its entry
+    into k + 1 (its own clock), for k + 1 entered in [a, b)."""
+    n = state.n
+    if n < PERMUTE_MIN or state.permute is False:
+        return None
+    for mine in (~recv, recv):
+        pairs = np.unique(slot[mine] * n + peer[mine])
+        if len(np.unique(pairs // n)) != len(pairs):  # a member sends to (or receives from) two others
+            state.permute = False
+            return None
+        if state.permute is None and mine is recv:
+            continue
+        if state.permute is None and (len(pairs) != n or len(np.unique(pairs % n)) != n):
+            return None  # not every member seen sending yet, each to its own
+    state.permute = True
+    empty = {"busy_ms": [None] * n, "busy_n": [0] * n, "busy_share": [0.0] * n}
+    if not len(seq):
+        return empty
+    q0 = int(seq.min())
+    cells = (int(seq.max()) - q0 + 1) * n
+    if cells > 64 * len(seq) + 64 * n:  # seqs far apart (a member far behind): nothing to pair
+        return empty
+    key = (seq - q0) * n + slot
+    entry = np.full(cells, np.iinfo(np.int64).max, np.int64)
+    end = np.zeros(cells, np.int64)
+    calls = np.bincount(key, minlength=cells)
+    np.minimum.at(entry, key, t0)
+    np.maximum.at(end, key, t1)
+    entry, end, calls = entry.reshape(-1, n), end.reshape(-1, n), calls.reshape(-1, n)
+    whole = (calls >= 2).all(axis=1)  # every member's send and recv of the instance completed
+    pair = np.flatnonzero(whole[:-1] & whole[1:])
+    pair = pair[((entry[pair + 1] >= a) & (entry[pair + 1] < b)).any(axis=1)]
+    if not len(pair):
+        return empty
+    gaps = (entry[pair + 1] - end[pair]).astype(np.float64)
+    busy, nbusy, share, steady, med, tail, stall = _busy_stats(gaps, gaps >= MIN_GAP_NS, span)
+    return {"busy_ms": busy, "busy_n": nbusy, "busy_share": share, "busy_steady": steady, "busy_med_ms": med,
+            "busy_tail": tail, "busy_stall": stall, "instances": len(pair)}
 
 
 def _transfers(state: CommState, slot: np.ndarray, peer: np.ndarray, seq: np.ndarray, dur: np.ndarray,

@@ -1042,12 +1042,15 @@ def test_a_gpu_stopping_inside_a_ring_permute_is_the_root_of_its_two_stuck_chann
 
 @pytest.mark.parametrize("drill", [False, True])
 def test_no_rank_is_newly_named_slow_while_its_job_is_hung(settings, gen_s, monkeypatch, drill):
-    """The same JAX job: the P0 naming rank 43 opens 5.5 s after its GPU stopped. At that tick
-    ranks of other nodes, held up behind the stop (their model-comm intervals span a data-comm
-    call waiting on 43's node), seem 20-50 % slower "computing between calls". The job is hung:
-    nothing but the P0 opens. Drill: without the rule, a slow_rank naming a victim opens too."""
-    from commwatch.streams.detect import job_slow
+    """The same JAX job: the P0 naming rank 43 opens 5.5 s after its GPU stopped. Its rings
+    judged as a pipeline's channels (as before collective permutes were known,
+    `windows.PERMUTE_MIN`), ranks of other nodes, held up behind the stop (their model-comm
+    intervals span a data-comm call waiting on 43's node), seemed 20-50 % slower "computing
+    between calls" at that tick: whatever seems slow while a job is hung, nothing but the P0
+    opens. Drill: without the rule, a slow_rank naming a victim opens too."""
+    from commwatch.streams.detect import job_slow, windows
 
+    monkeypatch.setattr(windows, "PERMUTE_MIN", 10**6)
     if drill:
         monkeypatch.setattr(job_slow, "HANG_HOLDS", False)
     cap, truth = gen_s("h04_jax_permute_gpu_stop")
