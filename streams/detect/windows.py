@@ -390,15 +390,13 @@ def _permute_busy(state: CommState, slot: np.ndarray, t0: np.ndarray, t1: np.nda
     n = state.n
     if n < PERMUTE_MIN or state.permute is False:
         return None
-    for mine in (~recv, recv):
-        pairs = np.unique(slot[mine] * n + peer[mine])
-        if len(np.unique(pairs // n)) != len(pairs):  # a member sends to (or receives from) two others
-            state.permute = False
-            return None
-        if state.permute is None and mine is recv:
-            continue
-        if state.permute is None and (len(pairs) != n or len(np.unique(pairs % n)) != n):
-            return None  # not every member seen sending yet, each to its own
+    sends = np.unique(slot[~recv] * n + peer[~recv])
+    recvs = np.unique(slot[recv] * n + peer[recv])
+    if len(np.unique(sends // n)) != len(sends) or len(np.unique(recvs // n)) != len(recvs):
+        state.permute = False  # a member sends to (or receives from) two others
+        return None
+    if state.permute is None and (len(sends) != n or len(np.unique(sends % n)) != n):
+        return None  # not every member seen sending yet, each to its own peer
     state.permute = True
     empty = {"busy_ms": [None] * n, "busy_n": [0] * n, "busy_share": [0.0] * n}
     if not len(seq):
