@@ -571,9 +571,11 @@ class SlowRules:
         if HANG_HOLDS and ("hang",) in js.book.open:
             # the job is hung: what is measured now spans its stop, and ranks held up behind it
             # seem slow in their last windows. The nineteenth generator's JAX jobs, a GPU or a
-            # host stopped: with the P0 naming it, a rank of another node "46 % slower computing
-            # between calls" (its model-comm intervals held a data-comm call waiting on the
-            # stopped node) was named P3 at the same tick. A rank named before stays named
+            # host stopped, while their rings were judged as pipeline channels: with the P0
+            # naming it, a rank of another node "46 % slower computing between calls" (its
+            # model-comm intervals held a data-comm call waiting on the stopped node) was named
+            # P3 at the same tick (judged as collective permutes, they name none: the rule
+            # stays for whatever else seems slow then). A rank named before stays named
             named = {r for inc in js.book.open.values() if inc.kind == "slow_rank" for r in inc.culprit_ranks}
             for r in [r for r in found if r not in named]:
                 del found[r]
