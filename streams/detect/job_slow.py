@@ -304,7 +304,7 @@ class SlowRules:
         begun within `BASELINE_SLACK_STEPS` of the baseline settling, and it has lasted as
         many steps past it (a rank slow in its first windows by chance is normal again by
         then; before the baseline settles, a provisional one judges). A member of a group
-        found slow as a whole: the group seemed slower from then (`SlowTracker.group_since`;
+        found slow as a whole: the group seemed slower from then (`SlowTracker.group_began`;
         its windows within the group find it like its peers). The tenth generator's
         zero-bubble pipeline (TP 2 x PP 4 x DP 2, hook with steps) with rank 5 1.5x from the
         start: found 1.47x from 3.2 s on, the job's steps never over their baseline, it was
@@ -319,7 +319,7 @@ class SlowRules:
         if settled + slack > now_ns - slack:
             return False
         if ev.get("group"):  # its windows within its group found it like its peers: the group's own figure
-            since = js.slow.group_since.get(ev["group"])
+            since = js.slow.group_began(ev["group"])
             return since is not None and since <= settled + slack
         return m.slow_throughout(settled + slack)
 
