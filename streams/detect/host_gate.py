@@ -70,7 +70,7 @@ class HostGate:
         st.last_ns = ts
         turns = rep.get("turn_ms") or []
         if len(turns) == len(ranks):
-            others = sorted(t for i, t in enumerate(turns) if i != top)
+            others = sorted(t for i, t in enumerate(turns) if i != top and t is not None)
             st.turn_ms = float(turns[top])
             st.peers_turn_ms = float(others[len(others) // 2]) if others else 0.0
         st.members = list(ranks)

@@ -153,17 +153,28 @@ def enqueue_gate(state: CommState, rows: np.ndarray) -> dict:
     were counted (`gate_n`) and its median turn (`turn_ms`), or nothing when none counts.
     Generator E's rank whose CPU a neighbour shares (TP 4 x PP 2 x DP 4): 4-6 ms against
     350 ms in its TP comm, in every instance from its onset; before it, nobody's under 0.9 of
-    the others'."""
-    st = state.st[rows]
-    en = state.en[rows]
-    seen = ((en > 1) & (st > 1)).all(axis=1)
-    if state.n < 2 or not seen.any():
+    the others'. Only members whose probe is host-enqueue (`CommState.host_done`) are
+    compared: a GPU-timed member's turn is its time inside the call, not since its host
+    enqueued it (its gate share is 0, its turn None). The twentieth generator's job with
+    GPU-timed and host-enqueue nodes in one data-parallel comm had every GPU-timed rank's
+    host named "the bottleneck", 675 ms before its peers, in its first seconds."""
+    host = np.flatnonzero(state.host_done)
+    if len(host) < 2:
         return {}
-    turn = (en[seen] - st[seen]).astype(np.float64)  # instances x members
+    st = state.st[rows][:, host]
+    en = state.en[rows][:, host]
+    seen = ((en > 1) & (st > 1)).all(axis=1)
+    if not seen.any():
+        return {}
+    turn = (en[seen] - st[seen]).astype(np.float64)  # instances x host-enqueue members
     others = others_median(turn.T[None, :, :])[0].T
     gated = (turn < GATE_RATIO * others) & (others - turn >= GATE_MIN_NS)
-    return {"gate": _r(gated.mean(axis=0), 3), "gate_n": int(len(turn)),
-            "turn_ms": _r(_median(turn, 0) / 1e6, 1)}
+    gate = np.zeros(state.n)
+    gate[host] = gated.mean(axis=0)
+    turns: list[float | None] = [None] * state.n
+    for i, t in zip(host.tolist(), _r(_median(turn, 0) / 1e6, 1)):
+        turns[i] = t
+    return {"gate": _r(gate, 3), "gate_n": int(len(turn)), "turn_ms": turns}
 
 
 def _busy_stats(gaps: np.ndarray, valid: np.ndarray, span: float, comm: CommState | None = None

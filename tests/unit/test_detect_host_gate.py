@@ -108,9 +108,28 @@ def test_the_gate_compares_each_member_with_the_others_on_its_own_clock():
     device times (GPU_TIMED) are not turns."""
     st = CommState("j", 1, 64)
     st.n = 3
+    st.host_done = np.ones(3, bool)
     st.st = np.array([[1_000, 1_000 + S, 2_000], [5_000, 5_000 + S, 6_000]], np.int64) + 10 * S
     st.en = st.st + np.array([[400e6, 5e6, 380e6], [420e6, 6e6, 410e6]]).astype(np.int64)
     rep = windows.enqueue_gate(st, np.array([0, 1]))
     assert rep["gate"] == [0.0, 1.0, 0.0] and rep["gate_n"] == 2
     st.en[1, 2] = 1  # one member's completion not observed: that instance does not count
     assert windows.enqueue_gate(st, np.array([0, 1]))["gate_n"] == 1
+
+
+def test_only_host_enqueue_members_are_compared_in_a_comm_with_both_probes():
+    """A data-parallel comm over nodes of both probes (the twentieth generator's mixed job):
+    a GPU-timed member's record spans its time inside the call (5 ms), a host-enqueue
+    member's from its host's enqueue to the completion it observed (400 ms, its host ran
+    ahead). Only the host-enqueue members are compared: nobody gated, the GPU-timed members'
+    turns are unknown. With one host-enqueue member left, nothing is compared."""
+    st = CommState("j", 1, 64)
+    st.n = 4
+    st.host_done = np.array([False, False, True, True])
+    st.st = np.array([[1_000, 1_500, 2_000, 3_000], [5_000, 5_500, 6_000, 7_000]], np.int64) + 10 * S
+    st.en = st.st + np.array([[5e6, 6e6, 400e6, 410e6], [5e6, 4e6, 420e6, 405e6]]).astype(np.int64)
+    rep = windows.enqueue_gate(st, np.array([0, 1]))
+    assert rep["gate"] == [0.0, 0.0, 0.0, 0.0] and rep["gate_n"] == 2
+    assert rep["turn_ms"][:2] == [None, None] and 400 <= rep["turn_ms"][2] <= 420
+    st.host_done[3] = False
+    assert windows.enqueue_gate(st, np.array([0, 1])) == {}
