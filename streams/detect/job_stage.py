@@ -175,7 +175,9 @@ class JobStage(HangRules, SlowRules, HwRules):
         elif t == "wait":
             js.waits[rep["comm"]] = rep
         elif t == "wait_clear":
-            js.waits.pop(rep["comm"], None)
+            wait = js.waits.pop(rep["comm"], None)
+            if wait is not None and ("hang",) not in js.book.open:
+                self._held_below(js, wait, int(rep["ts_ns"]))
         elif t == "comm":
             js.comms[rep["comm"]] = rep
             js.steps.device = js.steps.device or bool(rep.get("device"))

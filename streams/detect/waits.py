@@ -161,6 +161,7 @@ def analyse(waits: dict[str, dict], now_ns: int, threshold_ns: float, terminal: 
             for i in held[r]:
                 count[i] = count.get(i, 0) + 1
         inside = {r: [count[i] for i in held[r]] for r in held}
+        coll = {r: [count[i] for i in held[r] if not insts[i].p2p] for r in held}
         if not hard and ranks and here and all(
                 insts[i].t_in.get(r) is not None for r in ranks for i in waits_in.get(r, ()) if i in here):
             # every member entered each instance, but each rank's own entry times say which of
@@ -168,7 +169,7 @@ def analyse(waits: dict[str, dict], now_ns: int, threshold_ns: float, terminal: 
             # transport (the ninth generator's rank 10 under a host-enqueue probe enqueued its
             # second data-parallel comm's all-reduce before its first's, its 7 peers the other
             # way round: a comm_hang naming no rank). Named where a few broke the order
-            few = _cycle_ranks(ranks, inside)
+            few = _cycle_ranks(ranks, inside, coll)
             hard = few if len(few) < len(ranks) else []
         if not hard and len(ranks) < len(comp):  # instances every member entered, holding each other
             idx = [n[1] for n in comp if not isinstance(n, int)]
@@ -181,7 +182,7 @@ def analyse(waits: dict[str, dict], now_ns: int, threshold_ns: float, terminal: 
             continue
         if len(comp) > 1:
             res.deadlock = True
-            ranks = _cycle_ranks(hard, inside)
+            ranks = _cycle_ranks(hard, inside, coll)
             for r in ranks:
                 if held.get(r):
                     x = insts[held[r][0]]
@@ -213,7 +214,8 @@ def analyse(waits: dict[str, dict], now_ns: int, threshold_ns: float, terminal: 
     return res
 
 
-def _cycle_ranks(hard: list[int], inside: dict[int, list[int]]) -> list[int]:
+def _cycle_ranks(hard: list[int], inside: dict[int, list[int]], coll: dict[int, list[int]] | None = None
+                 ) -> list[int]:
     """The roots of a deadlock: the ranks of the cycle that an instance of it lacks (each
     waits for the other), however many others wait on each (the seventh generator's two
     pipeline ranks each inside a send to the other, an ordering bug: only the one more ranks
@@ -223,7 +225,17 @@ def _cycle_ranks(hard: list[int], inside: dict[int, list[int]]) -> list[int]:
     many of the cycle's ranks wait in each instance of it it waits in, its oldest). The ninth
     generator's rank 21 called its second data-parallel comm's all-reduce before its first's
     (its 7 peers the other way round): 21 alone inside one, the 7 inside the other, each
-    lacking the others; all 8 were named."""
+    lacking the others; all 8 were named.
+    The collectives first (`coll`: the same counts, of its collective instances only): one
+    send or receive is waited in by one rank at most, so a rank inside a pipeline send looks
+    as few as the one that broke the order. The twentieth generator's rank 13 (TP 4 x PP 2 x
+    DP 4, host-enqueue) alone inside a barrier of the world comm, its TP peers inside their
+    all-reduce waiting for it, the previous stage's ranks 8-11 inside sends to those peers:
+    8-11 were named with 13."""
+    if coll is not None:
+        few = _cycle_ranks([r for r in hard if coll.get(r)], coll)
+        if few and len(few) < len([r for r in hard if coll.get(r)]):
+            return few
     size = {r: max(inside.get(r) or [0]) for r in hard}
     fewest = min(size.values(), default=0)
     if not fewest or fewest == max(size.values()):

@@ -879,7 +879,7 @@ def test_a_p2p_deadlock_names_both_ranks_of_the_cycle(settings, gen_g, monkeypat
     from commwatch.streams.detect import Detector, waits
 
     if drill:
-        monkeypatch.setattr(waits, "_cycle_ranks", lambda hard, inside: sorted(hard)[:1])
+        monkeypatch.setattr(waits, "_cycle_ranks", lambda hard, inside, coll=None: sorted(hard)[:1])
     p2p = {"instances": [
         {"seq": 7, "op": "Send", "since_ns": 0, "entered": [35], "missing": [36], "p2p": True},
         {"seq": 7, "op": "Send", "since_ns": 0, "entered": [36], "missing": [35], "p2p": True},
@@ -906,7 +906,7 @@ def test_a_deadlock_of_call_order_names_the_rank_that_broke_it(settings, gen_i, 
     from commwatch.streams.detect import waits
 
     if drill:
-        monkeypatch.setattr(waits, "_cycle_ranks", lambda hard, inside: hard)
+        monkeypatch.setattr(waits, "_cycle_ranks", lambda hard, inside, coll=None: hard)
     peers = [1, 5, 9, 13, 17, 25, 29]
     w = {"dp": {"instances": [{"seq": 20, "op": "AllReduce", "since_ns": 0, "entered": peers, "missing": [21]}]},
          "dp2": {"instances": [{"seq": 20, "op": "AllReduce", "since_ns": 0, "entered": [21], "missing": peers}]}}
@@ -926,6 +926,29 @@ def test_a_deadlock_of_call_order_names_the_rank_that_broke_it(settings, gen_i, 
     p0 = [(e["kind"], tuple(e["culprit_ranks"])) for e in replayed(settings, cap) if e["severity"] == "P0"]
     assert set(p0) == ({("comm_hang", ())} if drill else {("hang", (10,))})
 
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_rank_alone_in_an_extra_collective_is_named_not_the_stage_sending_to_its_peers(monkeypatch, drill):
+    """The twentieth generator's desync (TP 4 x PP 2 x DP 4, host-enqueue): rank 13 alone
+    calls a barrier on the world comm; its TP peers 12, 14, 15 wait in their all-reduce for
+    it; the previous stage's ranks 8-11 wait inside their sends to 12-15. A cycle (the barrier
+    waits for 8-11). One send is waited in by one rank at most, so 8-11 looked as few as 13,
+    and the P0 widened to [8, 9, 10, 11, 13]. The collective instances say who broke the
+    order: 13 alone where its peers are three. Drill: the counts of every instance alike."""
+    from commwatch.streams.detect import waits
+
+    if drill:
+        plain = waits._cycle_ranks
+        monkeypatch.setattr(waits, "_cycle_ranks", lambda hard, inside, coll=None: plain(hard, inside))
+    w = {"world": {"instances": [{"seq": 1, "op": "Barrier", "since_ns": 0, "entered": [13],
+                                  "missing": [8, 9, 10, 11, 12, 14, 15]}]},
+         "tp": {"instances": [{"seq": 850, "op": "AllReduce", "since_ns": 0, "entered": [12, 14, 15], "missing": [13]}]}}
+    for k in range(4):
+        w[f"pp{k}"] = {"instances": [{"seq": 201, "op": "Send", "since_ns": 0, "entered": [8 + k],
+                                      "missing": [12 + k], "p2p": True}]}
+    g = waits.analyse(w, now_ns=10 ** 10, threshold_ns=5 * 10 ** 9, terminal=set())
+    assert g.deadlock and sorted(g.roots) == ([8, 9, 10, 11, 13] if drill else [13])
 
 
 @pytest.mark.parametrize("drill", [False, True])

@@ -83,3 +83,19 @@ def test_a_checkpoint_every_rank_writes_is_a_stall_once_not_at_every_checkpoint(
     opened = [e for e in events if e["status"] == "open"]
     assert {e["kind"] for e in opened} == {"job_stalled"}
     assert len(opened) == (3 if drill else 1), [e["summary"] for e in opened]
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_hold_under_the_threshold_teaches_the_next_one(settings, monkeypatch, drill):
+    """Rank 0's checkpoints last 3.5-6.5 s (drawn: 4.5, 6.3, 6.4, 5.0, 4.6, 5.4 s) against the
+    5 s threshold. The first, under it, pages nothing; it is a hold all the same (rank 0's TP
+    peer waited 4.6 s inside their all-reduce, and the wait ended by itself), so the second,
+    6.3 s, is a routine under twice it, not a P0 naming rank 0 (the twentieth generator's
+    checkpoint barrier paged so at its second checkpoint). Drill: no wait under the threshold
+    learnt (`HOLD_LEARN` huge): the second pages."""
+    if drill:
+        monkeypatch.setattr(job_hangs, "HOLD_LEARN", 1e9)
+    opened, run = _hangs(settings, seed=2, checkpoint_s=(3.5, 6.5))
+    ckpts = _checkpoints(run)
+    assert ckpts[0][1] < 5.0 < ckpts[1][1] < 2 * ckpts[0][1]
+    assert [e["culprit_ranks"] for e in opened] == ([[0]] if drill else [])
