@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 HOLD_FACTOR = 2.0  # a known hold is a hang once it lasts twice the longest of it seen
 HOLD_KEEP = 4  # lengths remembered per hold
 HOLD_KEYS = 8  # holds remembered per job
+BUSY_KEYS = 4096  # waits' instances whose lacking ranks were seen busy, kept per job at most
 HOLD_LEARN = 0.5  # a collective's wait on ranks that ended by itself after this share of the root threshold is a hold
 PROGRESSING_P2P_ROOT = True  # a rank progressing elsewhere, waited on in a transfer it never entered for the hang threshold, is a root
 SHARED_CHANNEL_ROOT = True  # the one rank common to two or more stuck send/recv channels is their root (`_shared_channel`)
@@ -245,19 +246,38 @@ class HangRules:
         while len(js.holds) > HOLD_KEYS:
             js.holds.pop(next(iter(js.holds)))
 
+    @staticmethod
+    def _busy_missing(js: JobState, rep: dict) -> None:
+        """A comm's `wait` report: the ranks each of its instances lacks that are inside a
+        blocked call of another comm now are remembered until its wait ends: they were not
+        holding the job on their own (`_held_below`)."""
+        comm = rep["comm"]
+        if len(js.busy_missing) > BUSY_KEYS:
+            js.busy_missing.clear()
+        inside = {r for c, w in js.waits.items() if c != comm for i in w["instances"] for r in i["entered"]}
+        for i in rep["instances"]:
+            busy = inside.intersection(i.get("missing") or ())
+            if busy:
+                js.busy_missing.setdefault((comm, int(i["seq"])), set()).update(busy)
+
     def _held_below(self, js: JobState, wait: dict, end_ns: int) -> None:
         """A comm's wait (its last `wait` report) over at `end_ns`: each collective instance
         that lacked a few ranks (half its members at most) for `HOLD_LEARN` of the root
-        threshold or more ended by itself, a hold of those ranks that never paged. The
+        threshold or more, none of them seen inside a blocked call of another comm meanwhile
+        (`_busy_missing`), ended by itself, a hold of those ranks that never paged. The
         twentieth generator's DDP job (0.4 s steps): rank 0 writes checkpoint metadata for
         4-7 s every 50 steps while the 15 others wait in a one-element all-reduce of a side
         comm; its first took 4.1 s, and its second, 5.2 s, paged a P0 naming rank 0. A rank
         that later hangs where it held before is named at twice its longest hold, not at the
-        threshold."""
+        threshold. The islands generator's site leader, 5-40 s in the outer all-reduce over
+        the WAN while its site waited in their broadcast, was no such hold: the round it never
+        entered that all-reduce was named 23 s into it, not 5."""
+        comm = wait["comm"]
         for i in wait.get("instances", ()):
             missing = i.get("missing") or ()
             length = end_ns - int(i.get("since_ns", end_ns))
-            if (missing and not i.get("p2p") and len(missing) <= len(i.get("entered") or ())
+            busy = js.busy_missing.get((comm, int(i["seq"])))
+            if (missing and not busy and not i.get("p2p") and len(missing) <= len(i.get("entered") or ())
                     and length >= HOLD_LEARN * js.root_threshold_ns):
                 self._held_once(js, tuple(sorted(missing)), length)
 

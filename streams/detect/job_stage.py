@@ -129,6 +129,8 @@ class JobState:
     # comm's gap p99 before it
     holds: dict[tuple, list[float]] = field(default_factory=dict)  # a hold that ended by itself -> its lengths (`HangRules`)
     holding: tuple | None = None  # a known hold going on: (its key, how long it has lasted)
+    busy_missing: dict[tuple[str, int], set[int]] = field(default_factory=dict)  # (comm, seq) of a wait -> the
+    # ranks it lacked seen inside a blocked call of another comm meanwhile (`HangRules._busy_missing`)
     stalls: list[float] = field(default_factory=list)  # job-wide stalls that ended by themselves: their lengths
     stalling: int | None = None  # a job-wide stall going on: the job's last progress before it
     phase_waiters: dict[int, int] = field(default_factory=dict)  # rank -> when last taken back as waiting in its phases
@@ -173,11 +175,14 @@ class JobStage(HangRules, SlowRules, HwRules):
         elif t == "p2p_window":
             js.slow.p2p_window(rep)
         elif t == "wait":
+            self._busy_missing(js, rep)
             js.waits[rep["comm"]] = rep
         elif t == "wait_clear":
             wait = js.waits.pop(rep["comm"], None)
             if wait is not None and ("hang",) not in js.book.open:
                 self._held_below(js, wait, int(rep["ts_ns"]))
+            for key in [k for k in js.busy_missing if k[0] == rep["comm"]]:
+                del js.busy_missing[key]
         elif t == "comm":
             js.comms[rep["comm"]] = rep
             js.steps.device = js.steps.device or bool(rep.get("device"))
@@ -457,6 +462,7 @@ class JobStage(HangRules, SlowRules, HwRules):
                else f"no message from the job for {(now_ns - js.last_msg_ns) / 1e9:.0f} s")
         out.extend(js.book.resolve_all(now_ns, reason, why))
         js.waits.clear()
+        js.busy_missing.clear()
         return True
 
     def _silent_ns(self) -> float:

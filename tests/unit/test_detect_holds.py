@@ -99,3 +99,32 @@ def test_a_hold_under_the_threshold_teaches_the_next_one(settings, monkeypatch, 
     ckpts = _checkpoints(run)
     assert ckpts[0][1] < 5.0 < ckpts[1][1] < 2 * ckpts[0][1]
     assert [e["culprit_ranks"] for e in opened] == ([[0]] if drill else [])
+
+
+@pytest.mark.parametrize("busy", [False, True])
+def test_a_rank_busy_in_another_blocked_call_holds_nobody(settings, busy):
+    """A site's members wait in their broadcast for their leader, 34, for 10 s. Where 34 sat
+    meanwhile inside a blocked call of another comm (the islands generator's outer
+    all-reduce over the WAN, 5-40 s a round), it held nobody on its own: nothing is learnt,
+    and a round it never enters is named at the threshold (it was, 23 s late). Silent (a
+    host writing a checkpoint), it held the job: a hold of (34,), 10 s."""
+    from commwatch.streams.detect.job_stage import JobStage
+
+    stage = JobStage(settings)
+    js = stage.job("j")
+    js.root_threshold_ns = 5 * S
+
+    def rep(t: str, comm: str, ts: float, instances=None) -> None:
+        r = {"type": t, "job": "j", "comm": comm, "ts_ns": int(ts * S)}
+        if instances is not None:
+            r["instances"] = instances
+        stage.feed_report(r, int(ts * S))
+
+    if busy:
+        rep("wait", "wan", 1.0, [{"seq": 1, "op": "AllReduce", "since_ns": 0, "entered": [34, 35, 36], "missing": []}])
+    rep("wait", "site", 1.0, [{"seq": 1, "op": "Broadcast", "since_ns": 0, "entered": [40, 41, 42], "missing": [34]}])
+    if busy:
+        rep("wait_clear", "wan", 9.9)
+    rep("wait_clear", "site", 10.0)
+    assert js.holds == ({} if busy else {(34,): [10.0 * S]})
+    assert js.busy_missing == {}
