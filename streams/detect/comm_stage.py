@@ -64,6 +64,7 @@ P2P_WINDOW_NS = 1_000_000_000
 P2P_LAG_NS = 500_000_000
 QUIET_NS = 1_000_000_000  # a member without progress this long is listed as quiet
 IMPLIED_DONE = True  # ... but not one inside a call its peers completed, since it entered (a drill turns it off)
+QUEUED_NOT_RUNNING = True  # a call only queued on its host, the job's probe writing device entries, is not running (`wait_report`)
 STUCK_NS = 5_000_000_000  # a completion counter stopped this long behind its peers is stuck ...
 STUCK_BEHIND_NS = 2_000_000_000  # ... once behind them this long (two heartbeats: not a report a moment late)
 
@@ -413,6 +414,14 @@ class CommStage:
             return None
         ranks = st.rank_of
         instances = []
+        # the job's probe writes device entries (a call whose kernel started and runs on is
+        # written again with its GPU start, `nccl-patch`): a call only queued on the host is
+        # not running, and an instance is stuck in its transport from when all its members
+        # got inside on their devices (`inside_ns`), not from their hosts' enqueues. The job
+        # model's rank 0 checkpointing alone for 4.6 s (a 5 s threshold): its pipeline
+        # pair's transfer and its next stage's TP all-reduce, queued by their hosts as it
+        # began, were each a P0 comm_hang 5.1 s later, as rank 0 came back
+        dev = QUEUED_NOT_RUNNING and any(self.comms[key].dev_entry.any() for key in self.by_job.get(st.job, ()))
         if not st.p2p_only and st.open_since:
             k = st.d_max + 1
             since = max(st.d_adv_ns, st.open_since, st.device_start(k))
@@ -420,6 +429,7 @@ class CommStage:
                 entered = st.started >= k
                 inside = np.flatnonzero(entered)
                 instances.append({"seq": int(k), "op": st.op_of(k), "p2p": False, "since_ns": int(since),
+                                  "inside_ns": int(now_ns if dev and st.not_running(k, inside) else since),
                                   "entered": ranks[entered].tolist(), "missing": ranks[~entered].tolist(),
                                   "t_in": st.entered_at(k, inside), "queued": ranks[st.queued_in(k, inside)].tolist()})
         seen: set[tuple[int, int, int]] = set()
@@ -434,13 +444,20 @@ class CommStage:
             # the op the waited-for side never entered (or, both posted, this side's)
             op = ("Recv" if is_recv else "Send") if posted else ("Send" if is_recv else "Recv")
             queued = []
+            inside = since
             if posted:  # one side inside on its device, the other only queued its call
                 ra = st.p2p_real.get((a, b, is_recv), -1) >= k
                 rb = st.p2p_real.get((b, a, 1 - is_recv), -1) >= k
                 queued = [int(ranks[b])] if ra and not rb else [int(ranks[a])] if rb and not ra else []
+                if ra and rb:  # both inside on their devices: the transfer can run since the later got there
+                    inside = max(since, st.p2p_real_ns.get((a, b, is_recv), 0),
+                                 st.p2p_real_ns.get((b, a, 1 - is_recv), 0))
+                elif dev and not st.host_done[a] and not st.host_done[b]:
+                    inside = now_ns  # a side only queued on its host: not running yet
             received = other is not None and other[1] >= k  # the other side completed its call k
             instances.append({"seq": int(k), "op": op, "p2p": True,
-                              "since_ns": int(since), "entered": [int(ranks[a])] + ([int(ranks[b])] if posted else []),
+                              "since_ns": int(since), "inside_ns": int(inside),
+                              "entered": [int(ranks[a])] + ([int(ranks[b])] if posted else []),
                               "missing": [] if posted or received else [int(ranks[b])],
                               "t_in": [int(t_in)] + ([int(other[3])] if posted else []), "queued": queued,
                               "peer_done": received})

@@ -154,6 +154,7 @@ class CommState:
         self.p2p: dict[tuple[int, int, int], list[int]] = {}
         self.p2p_ahead: dict[tuple[int, int, int], dict[int, int]] = {}  # channel -> {seq: host entry} beyond the first open
         self.p2p_real: dict[tuple[int, int, int], int] = {}  # channel -> highest seq its rank is known inside
+        self.p2p_real_ns: dict[tuple[int, int, int], int] = {}  # channel -> when that became known (its stamp)
         # completed timed P2P calls, kept until the window they fall in is reported
         self.p2p_iv: list[tuple[np.ndarray, ...]] = []  # (slot, start, end, kind: RECV_FWD ... SEND_BWD, peer slot, seq, bytes)
         self.p2p_iv_n = 0
@@ -555,11 +556,13 @@ class CommState:
         comp = dict(zip(*(a.tolist() for a in _last_sorted(k_all[d_o], q_all[d_o])))) if d_o.any() else {}
         if r_o.any():
             rk, rq = _last_sorted(k_all[r_o], q_all[r_o])
-            for k, q in zip(rk.tolist(), rq.tolist()):
+            _, rt = _last_sorted(k_all[r_o], ts[order][r_o])
+            for k, q, t in zip(rk.tolist(), rq.tolist(), rt.tolist()):
                 p = (k >> 1) & 0xFFFFFFFF
                 ch = (k >> 33, p - (1 << 32) if p >= 0x80000000 else p, k & 1)
                 if q > self.p2p_real.get(ch, -1) and (ch in self.p2p or len(self.p2p) < MAX_CHANNELS):
                     self.p2p_real[ch] = q
+                    self.p2p_real_ns[ch] = int(t)
         # the entry of each (channel, seq): its first record whose start is the host's (a device
         # start does not order it among the rank's host calls); channels and calls ascending
         h = order[host_t[order]]
@@ -787,6 +790,16 @@ class CommState:
             # on a member of this comm, tells its members' devices apart: not this one's kind)
             return slots[~real & ~self.host_done[slots]]
         return slots[~real]
+
+    def not_running(self, seq: int, slots: np.ndarray) -> bool:
+        """Whether instance `seq`, which `slots` entered, is known not to run yet, where the
+        job's probe writes device entries (`CommStage.wait_report`): some of them only queued
+        it on their hosts, and none observes completions on the host. A call its members only
+        queued waits behind the work before it on their streams, not in its transport."""
+        row = seq % self.rows
+        if not len(slots) or self.host_done[slots].any():
+            return False
+        return bool(self.etag[row] == seq and not self.ereal[row, slots].all())
 
     def op_of(self, seq: int) -> str:
         row = seq % self.rows

@@ -144,7 +144,12 @@ class HangRules:
                       and set(js.comms.get(x.comm, {}).get("nodes") or ()) <= reporting
                       # a comm a member of which exited is no transport hang: the exit explains it
                       and not (exited & (set(x.entered) | js.members.get(x.comm, set())))
-                      and at - x.since_ns >= thr
+                      # a transfer whose sides got inside on their devices apart is stuck since
+                      # the later did: the job model's rank 0 checkpointing alone for 4.6 s (a
+                      # 5 s threshold) held a pipeline pair's send on the sender's GPU behind its
+                      # TP all-reduce; its recv side waited 5.1 s, the send had been in 0.3 s
+                      # (a P0 comm_hang, timed from the sender's host enqueue)
+                      and at - x.inside_ns >= thr
                       # calls queued far ahead (host enqueue) wait behind compute while their
                       # ranks progress: a transport hang stops every member
                       and all(at - self.silent_since(js, r, at) >= thr for r in x.entered)]

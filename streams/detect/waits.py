@@ -48,6 +48,7 @@ class Instance:
     unknown: int = 0
     t_in: dict[int, int] = field(default_factory=dict)  # rank -> when it entered (its clock; absent: unknown)
     queued: list[int] = field(default_factory=list)  # entered on the host only, while a peer is inside on its device
+    inside_ns: int = 0  # since when every member is inside on its device, where known (a transfer); else `since_ns`
 
 
 @dataclass
@@ -71,7 +72,8 @@ def instances_of(waits: dict[str, dict]) -> list[Instance]:
         for i in w["instances"]:
             t_in = {r: t for r, t in zip(i["entered"], i.get("t_in") or ()) if t}
             out.append(Instance(comm, i["seq"], i["op"], i["since_ns"], list(i["entered"]), list(i["missing"]),
-                                bool(i.get("p2p")), int(w.get("unknown", 0)), t_in, list(i.get("queued") or ())))
+                                bool(i.get("p2p")), int(w.get("unknown", 0)), t_in, list(i.get("queued") or ()),
+                                int(i.get("inside_ns") or i["since_ns"])))
     return out
 
 

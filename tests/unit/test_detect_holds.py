@@ -128,3 +128,20 @@ def test_a_rank_busy_in_another_blocked_call_holds_nobody(settings, busy):
     rep("wait_clear", "site", 10.0)
     assert js.holds == ({} if busy else {(34,): [10.0 * S]})
     assert js.busy_missing == {}
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_hold_under_the_threshold_is_no_transport_hang(settings, monkeypatch, drill):
+    """Rank 0's first checkpoint takes 4.6 s (drawn with seed 6), under the 5 s threshold.
+    Its pipeline pair's transfer and its next stage's TP all-reduce were queued by their
+    hosts as it began, and their GPUs reached them only once rank 0 came back: with the
+    probe writing device entries (a call whose kernel runs on is written again with its GPU
+    start), a call only queued is not running, and its transport is not stuck. Each was a P0
+    `comm_hang` 5.1 s after the hosts' enqueues. Drill: queued calls judged as running."""
+    from commwatch.streams.detect import comm_stage
+
+    if drill:
+        monkeypatch.setattr(comm_stage, "QUEUED_NOT_RUNNING", False)
+    opened, run = _hangs(settings, seed=6, checkpoint_s=(3.5, 6.5))
+    assert _checkpoints(run)[0][1] < 5.0
+    assert [e["kind"] for e in opened] == (["comm_hang"] if drill else [])
