@@ -408,20 +408,24 @@ class CommStage:
             "exited": ranks[st.exited].tolist(), "left": ranks[st.left].tolist(),
         }
 
+    def _dev_entries(self, job: str) -> bool:
+        """Whether the job's probe writes device entries (a comm of it has some): asked only
+        for a blocked instance, not at every comm's tick."""
+        return QUEUED_NOT_RUNNING and any(self.comms[key].dev_entry.any() for key in self.by_job.get(job, ()))
+
     def wait_report(self, st: CommState, now_ns: int) -> dict | None:
         """The comm's blocked instances (see the module docstring), None when there are none."""
         if st.n == 0:
             return None
         ranks = st.rank_of
         instances = []
-        # the job's probe writes device entries (a call whose kernel started and runs on is
-        # written again with its GPU start, `nccl-patch`): a call only queued on the host is
-        # not running, and an instance is stuck in its transport from when all its members
+        # where the job's probe writes device entries (`_dev_entries`: a call whose kernel
+        # started and runs on is written again with its GPU start, `nccl-patch`): a call only
+        # queued on the host is not running, and an instance is stuck in its transport from when all its members
         # got inside on their devices (`inside_ns`), not from their hosts' enqueues. The job
         # model's rank 0 checkpointing alone for 4.6 s (a 5 s threshold): its pipeline
         # pair's transfer and its next stage's TP all-reduce, queued by their hosts as it
         # began, were each a P0 comm_hang 5.1 s later, as rank 0 came back
-        dev = QUEUED_NOT_RUNNING and any(self.comms[key].dev_entry.any() for key in self.by_job.get(st.job, ()))
         if not st.p2p_only and st.open_since:
             k = st.d_max + 1
             since = max(st.d_adv_ns, st.open_since, st.device_start(k))
@@ -429,7 +433,8 @@ class CommStage:
                 entered = st.started >= k
                 inside = np.flatnonzero(entered)
                 instances.append({"seq": int(k), "op": st.op_of(k), "p2p": False, "since_ns": int(since),
-                                  "inside_ns": int(now_ns if dev and st.not_running(k, inside) else since),
+                                  "inside_ns": int(now_ns if st.not_running(k, inside) and self._dev_entries(st.job)
+                                                   else since),
                                   "entered": ranks[entered].tolist(), "missing": ranks[~entered].tolist(),
                                   "t_in": st.entered_at(k, inside), "queued": ranks[st.queued_in(k, inside)].tolist()})
         seen: set[tuple[int, int, int]] = set()
@@ -452,7 +457,7 @@ class CommStage:
                 if ra and rb:  # both inside on their devices: the transfer can run since the later got there
                     inside = max(since, st.p2p_real_ns.get((a, b, is_recv), 0),
                                  st.p2p_real_ns.get((b, a, 1 - is_recv), 0))
-                elif dev and not st.host_done[a] and not st.host_done[b]:
+                elif not st.host_done[a] and not st.host_done[b] and self._dev_entries(st.job):
                     inside = now_ns  # a side only queued on its host: not running yet
             received = other is not None and other[1] >= k  # the other side completed its call k
             instances.append({"seq": int(k), "op": op, "p2p": True,
