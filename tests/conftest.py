@@ -224,3 +224,10 @@ def gen_s(tmp_path_factory):
     """A capture of the nineteenth independent generator (`tests/independent/stacks`: DeepSpeed,
     JAX/XLA and gloo stacks) and its truth (its default base seed 1)."""
     return _scenario_truth(tmp_path_factory, "stacks", 1)
+
+
+@pytest.fixture(scope="session")
+def gen_u(tmp_path_factory):
+    """A capture of the twenty-first independent generator (`tests/independent/hoststall`: the
+    host between collectives, training-loop control flow) and its truth (its default base seed 1)."""
+    return _scenario_truth(tmp_path_factory, "hoststall", 1)

@@ -16,7 +16,16 @@ calls it gated: the seventh generator's host stalling 2 s every 10 s under host-
 gated 27 of one window's 32 calls after each stall, and was named P3 "its host is the
 bottleneck" when a window of eight gated calls was let decide. Its peers in those comms
 wait for it (`waits_for`): the iteration phases they report, which hold those waits, name
-none of them. What it costs the job is the job's own step-time loss (`StepTracker.slowdown`),
+none of them.
+
+A host slow in one part of its step only (its CPU optimizer, ZeRO-Offload's Adam on the host)
+gates the calls after that part and no other: a share of each window under `GATE_SHARE`. It is
+found too when it alone gated a call in every window of its comm for `STEADY_WINDOWS` windows
+in a row spanning `STEADY_HOLD_NS` (a pause gates the windows after it, not every window for
+seconds). The independent host-stall generator's data-parallel job (128 ranks, host-enqueue)
+whose rank 72 ran its CPU Adam 1.6x slower: the job's steps 28 % longer, 127 ranks waiting
+0.42 s a step inside the parameter all-gather it enqueued last, 1 or 2 of each window's 6
+calls gated by it and none by any other rank; it was a P3 "no rank explains it". What it costs the job is the job's own step-time loss (`StepTracker.slowdown`),
 filled in by stage 2.
 """
 
@@ -28,6 +37,8 @@ GATE_SHARE = 0.6  # a window's instances a rank gated, at least, to count
 GATE_HOLD_NS = 1_000_000_000  # gating windows in a row must span this much event time
 GATE_MIN_INSTANCES = 4  # ... and hold this many instances in all
 GATE_STALE_NS = 5_000_000_000  # a comm with no gating window this long counts no more
+STEADY_WINDOWS = 5  # windows in a row in which one member alone gated a call ...
+STEADY_HOLD_NS = 4_000_000_000  # ... spanning this much event time: a host slow in part of its step
 
 
 @dataclass
@@ -47,6 +58,7 @@ class HostGate:
 
     def __init__(self) -> None:
         self.streaks: dict[str, _Streak] = {}
+        self.steady: dict[str, _Streak] = {}  # runs of windows one member alone gated some of
         self.fresh = False  # a run began to hold since the last evaluation
 
     def window(self, rep: dict) -> None:
@@ -54,10 +66,12 @@ class HostGate:
         gate = rep.get("gate")
         if not gate:
             self.streaks.pop(rep["comm"], None)
+            self.steady.pop(rep["comm"], None)
             return
         st = self.streaks.setdefault(rep["comm"], _Streak())
         ranks, ts = rep["ranks"], int(rep["ts_ns"])
         top = max(range(len(gate)), key=gate.__getitem__)
+        self._steady(rep, gate, top)
         if gate[top] < GATE_SHARE or ranks[top] < 0:
             st.rank, st.windows, st.instances = -1, 0, 0
             st.last_ns = ts
@@ -68,22 +82,53 @@ class HostGate:
         st.windows += 1
         st.instances += int(rep.get("gate_n", 0))
         st.last_ns = ts
-        turns = rep.get("turn_ms") or []
+        self._turns(st, rep, top)
+        if not held and self._holds(st):
+            self.fresh = True  # stage 2 evaluates at once, not at its next periodic evaluation
+
+    def _steady(self, rep: dict, gate: list[float], top: int) -> None:
+        """The run of windows in which one member, the same, alone gated some calls."""
+        st = self.steady.setdefault(rep["comm"], _Streak())
+        ranks, ts = rep["ranks"], int(rep["ts_ns"])
+        alone = gate[top] > 0 and ranks[top] >= 0 and sum(1 for g in gate if g > 0) == 1
+        if not alone:
+            st.rank, st.windows, st.instances = -1, 0, 0
+            st.last_ns = ts
+            return
+        if st.rank != ranks[top]:
+            st.rank, st.since_ns, st.windows, st.instances = ranks[top], ts, 0, 0
+        held = self._steady_holds(st)
+        st.windows += 1
+        st.instances += int(rep.get("gate_n", 0))
+        st.last_ns = ts
+        self._turns(st, rep, top)
+        if not held and self._steady_holds(st):
+            self.fresh = True
+
+    @staticmethod
+    def _turns(st: _Streak, rep: dict, top: int) -> None:
+        ranks, turns = rep["ranks"], rep.get("turn_ms") or []
         if len(turns) == len(ranks):
             others = sorted(t for i, t in enumerate(turns) if i != top and t is not None)
             st.turn_ms = float(turns[top])
             st.peers_turn_ms = float(others[len(others) // 2]) if others else 0.0
         st.members = list(ranks)
-        if not held and self._holds(st):
-            self.fresh = True  # stage 2 evaluates at once, not at its next periodic evaluation
 
     @staticmethod
     def _holds(st: _Streak) -> bool:
         return (st.rank >= 0 and st.windows >= 2 and st.instances >= GATE_MIN_INSTANCES
                 and st.last_ns - st.since_ns >= GATE_HOLD_NS)
 
+    @staticmethod
+    def _steady_holds(st: _Streak) -> bool:
+        return st.rank >= 0 and st.windows >= STEADY_WINDOWS and st.last_ns - st.since_ns >= STEADY_HOLD_NS
+
     def _held(self, now_ns: int) -> dict[str, _Streak]:
-        return {c: st for c, st in self.streaks.items() if self._holds(st) and now_ns - st.last_ns <= GATE_STALE_NS}
+        held = {c: st for c, st in self.streaks.items() if self._holds(st) and now_ns - st.last_ns <= GATE_STALE_NS}
+        for c, st in self.steady.items():
+            if c not in held and self._steady_holds(st) and now_ns - st.last_ns <= GATE_STALE_NS:
+                held[c] = st
+        return held
 
     def evaluate(self, now_ns: int) -> dict[int, dict]:
         """Ranks found gating now -> evidence (stage 2 sets `impact` and `slowdown`)."""
