@@ -133,3 +133,28 @@ def test_a_phase_straggler_is_named_beside_a_hot_rank_that_explains_little(setti
     else:
         assert opened - truth["onset_ns"] < 10 * S and not resolved, events
         assert any(e["severity"] == "P2" for e in events)
+
+
+@pytest.mark.parametrize("drill", [False, True])
+def test_a_rank_late_at_one_call_a_step_is_named_across_windows_cut_by_time(settings, gen_u, monkeypatch, drill):
+    """The twenty-first generator's data-parallel job (32 ranks, GPU-timed): rank 21's CPU
+    optimizer 1.6x slower from 40.4 s, it enters the parameter all-gather after it ~0.4 s
+    after its peers each step and is on time at every other call. The comm's windows, cut by
+    time, alternate: four calls holding that all-gather (a quarter of their time waited for
+    it), then two with nobody late. Named by its lateness within 10 s of the onset, its
+    incident open to the capture's end. Drill: a quiet window ends the run (`MAX_QUIET` 0):
+    the lateness names nothing (its compute intervals named it P3 after 24 s, resolved while
+    it was still slow)."""
+    if drill:
+        monkeypatch.setattr(late, "MAX_QUIET", 0)
+    cap, truth = gen_u("s02_numa_offload_gpu")
+    assert truth["culprits"] == [21]
+    events = [e for e in replayed(settings, cap) if e["kind"] == "slow_rank" and e["culprit_ranks"]]
+    by_late = [e for e in events if e["evidence"].get("signal") == "late"]
+    assert {r for e in events for r in e["culprit_ranks"]} <= {21}
+    if drill:
+        assert by_late == []
+        return
+    first = by_late[0]
+    assert first["status"] == "open" and first["ts_ns"] - truth["onset_ns"] <= 10 * S
+    assert not any(e["status"] == "resolved" for e in events)
