@@ -33,7 +33,8 @@ LATE_MIN_NS = 3_000_000_000  # ... over this much event time at least
 LAG_STAND = 4.0  # its mean lag over the peers' median, in their median absolute deviations ...
 LAG_FLOOR_MS = 0.5  # ... counting that deviation as this much at least (bursty loaders)
 MIN_MEMBERS = 4  # a comm of fewer members has no peers' median to speak of
-MAX_QUIET = 2  # windows in a row in which nobody came late that do not end a rank's run
+MAX_QUIET = 2  # windows in a row in which nobody came late that do not end a rank's run ...
+QUIET_STAND = 20.0  # ... when its latest late window stood this many deviations over its peers
 
 
 @dataclass
@@ -46,6 +47,7 @@ class _Run:
     span_ms: float = 0.0  # ... and their spans
     cost: float = 0.0  # its latest late window's cost, with the quiet windows before it
     need: float = 0.0  # the cost its latest late window was held to
+    stand: float = 0.0  # how far that window's lag stood over the peers' (in their deviations)
     lag: float = 0.0  # its lag and the peers' in its latest late window
     mid: float = 0.0
     ts: int = 0  # the latest window's end
@@ -54,9 +56,12 @@ class _Run:
 class LateArrivals:
     """Per comm, the run of windows in which one rank came late (only the latest rank of a
     window can be the one all wait for: a comm holds one run at most). A window in which nobody
-    came late does not end it (`MAX_QUIET` in a row at most): a comm's windows are cut by time,
-    and the one call a step that a rank comes late to falls in every other window of some
-    comms. What the run costs is the peers' wait it made in its latest late window and the
+    came late does not end it (`MAX_QUIET` in a row at most) after a late window that stood far
+    out (`QUIET_STAND`): a comm's windows are cut by time, and the one call a step that a rank
+    comes late to falls in every other window of some comms. Not after one that stood out by a
+    little: in a jittery job (the second generator's gloo DDP, loaders 0-30 ms apart) some
+    rank stands 4-6 deviations out in most windows, and such lateness, broken by a window,
+    is chance. What the run costs is the peers' wait it made in its latest late window and the
     quiet ones before it. The twenty-first generator's data-parallel job whose rank 21 ran its CPU
     optimizer 1.6x slower (GPU-timed, 32 ranks): 100-150 ms late on average at the windows of
     four calls holding the parameter all-gather after it, a quarter of their time, and not late
@@ -85,7 +90,7 @@ class LateArrivals:
         need = self.impact / 2 if rank in held else self.impact
         run = self.runs.get(comm)
         if excess < LAG_STAND * mad or cost < need:  # nobody came late in this window
-            if run is None or run.quiet >= MAX_QUIET or run.rank not in ranks:
+            if run is None or run.quiet >= MAX_QUIET or run.stand < QUIET_STAND or run.rank not in ranks:
                 self.runs.pop(comm, None)
                 return
             i = ranks.index(run.rank)
@@ -99,7 +104,7 @@ class LateArrivals:
         run.windows += 1
         run.cost = (run.waited_ms + excess * timed) / (run.span_ms + span_ms)
         run.quiet, run.waited_ms, run.span_ms = 0, 0.0, 0.0
-        run.need, run.lag, run.mid, run.ts = need, float(lags[top]), mid, rep["ts_ns"]
+        run.need, run.stand, run.lag, run.mid, run.ts = need, excess / mad, float(lags[top]), mid, rep["ts_ns"]
 
     def found(self, fresh_ns: int, world: int, in_use: dict[str, list[int]], p2p: set[str],
               skip: set[int]) -> dict[int, dict]:
