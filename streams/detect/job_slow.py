@@ -663,8 +663,9 @@ class SlowRules:
                 where = "its peers wait in their next call"
             elif ev.get("signal") == "late":
                 who = (f"rank {_span(ranks)} enters the calls of comm {ev['comm']} {ev['lag_ms']:.1f} ms after its "
-                       f"peers (they {ev['peers_lag_ms']:+.1f} ms), call after call, and computes like them between "
-                       f"them: its work outside every call is slower (a data loader? its host?)")
+                       f"peers on average (they {ev['peers_lag_ms']:+.1f} ms), window after window, and computes like them "
+                       f"between them: its work outside every call is slower (a data loader? its host? a CPU "
+                       f"optimizer step?)")
                 where = "its peers wait inside their calls"
             elif len(ranks) == 1:
                 who = f"rank {ranks[0]} is {pct:.0f}% slower than the ranks doing the same work"
