@@ -68,41 +68,32 @@ class HostGate:
             self.streaks.pop(rep["comm"], None)
             self.steady.pop(rep["comm"], None)
             return
-        st = self.streaks.setdefault(rep["comm"], _Streak())
-        ranks, ts = rep["ranks"], int(rep["ts_ns"])
+        ranks = rep["ranks"]
         top = max(range(len(gate)), key=gate.__getitem__)
-        self._steady(rep, gate, top)
-        if gate[top] < GATE_SHARE or ranks[top] < 0:
-            st.rank, st.windows, st.instances = -1, 0, 0
-            st.last_ns = ts
-            return
-        if st.rank != ranks[top]:
-            st.rank, st.since_ns, st.windows, st.instances = ranks[top], ts, 0, 0
-        held = self._holds(st)
-        st.windows += 1
-        st.instances += int(rep.get("gate_n", 0))
-        st.last_ns = ts
-        self._turns(st, rep, top)
-        if not held and self._holds(st):
-            self.fresh = True  # stage 2 evaluates at once, not at its next periodic evaluation
-
-    def _steady(self, rep: dict, gate: list[float], top: int) -> None:
-        """The run of windows in which one member, the same, alone gated some calls."""
-        st = self.steady.setdefault(rep["comm"], _Streak())
-        ranks, ts = rep["ranks"], int(rep["ts_ns"])
+        # a run of windows in which it gated `GATE_SHARE` of the instances; and one of windows in
+        # which it alone gated some (a host slow in part of its step)
+        self._extend(self.streaks, rep, top, gate[top] >= GATE_SHARE and ranks[top] >= 0, self._holds)
         alone = gate[top] > 0 and ranks[top] >= 0 and sum(1 for g in gate if g > 0) == 1
-        if not alone:
+        self._extend(self.steady, rep, top, alone, self._steady_holds)
+
+    def _extend(self, runs: dict[str, _Streak], rep: dict, top: int, counts: bool, holds) -> None:
+        """One window of a comm's run: extended by member `top` where the window `counts`,
+        else ended; stage 2 evaluates at once when the run begins to hold (`holds`), not at
+        its next periodic evaluation."""
+        st = runs.setdefault(rep["comm"], _Streak())
+        ranks, ts = rep["ranks"], int(rep["ts_ns"])
+        if not counts:
             st.rank, st.windows, st.instances = -1, 0, 0
             st.last_ns = ts
             return
         if st.rank != ranks[top]:
             st.rank, st.since_ns, st.windows, st.instances = ranks[top], ts, 0, 0
-        held = self._steady_holds(st)
+        held = holds(st)
         st.windows += 1
         st.instances += int(rep.get("gate_n", 0))
         st.last_ns = ts
         self._turns(st, rep, top)
-        if not held and self._steady_holds(st):
+        if not held and holds(st):
             self.fresh = True
 
     @staticmethod
